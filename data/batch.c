@@ -107,18 +107,9 @@ int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size
     ss->L = L;
     LoaderStats st;
     loader_stats(L, &st);
-    memset(src, 0, sizeof *src);
-    src->self = ss;
-    src->name = "shards";
-    src->next = shard_next;
-    src->position = shard_position;
-    src->seek = shard_seek;
-    src->skipped = shard_skipped;
-    src->images_decoded = shard_images_decoded;
-    src->samples = shard_samples;
-    src->sample_id = shard_sample_id;
-    if (c->agree_skips) src->undecoded = shard_undecoded, src->drop = shard_drop;
-    src->free = shard_free;
-    src->dataset_samples = st.dataset_samples;
+    *src = (BatchSource){.self = ss, .name = "shards", .next = shard_next, .position = shard_position, .seek = shard_seek,
+                         .skipped = shard_skipped, .images_decoded = shard_images_decoded, .samples = shard_samples,
+                         .dataset_samples = st.dataset_samples, .free = shard_free, .sample_id = shard_sample_id,
+                         .undecoded = c->agree_skips ? shard_undecoded : NULL, .drop = c->agree_skips ? shard_drop : NULL};
     return 0;
 }

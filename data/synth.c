@@ -346,15 +346,8 @@ int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* r, int voc
         return -1;
     }
     ss->mbs = callocCheck((size_t)ss->M, sizeof(Microbatch));
-    memset(src, 0, sizeof *src);
-    src->self = ss;
-    src->name = "synthetic";
-    src->next = syn_next_plan;
-    src->position = syn_position;
-    src->seek = syn_seek;
-    src->skipped = syn_none;
-    src->images_decoded = syn_none;
-    src->free = syn_free;
+    *src = (BatchSource){.self = ss, .name = "synthetic", .next = syn_next_plan, .position = syn_position, .seek = syn_seek,
+                         .skipped = syn_none, .images_decoded = syn_none, .free = syn_free};
     return 0;
 }
 

@@ -1,17 +1,26 @@
 /* backend.c — choosing a backend by name ("cpu" or "cuda"), for the CLI and recipes. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine.h"
 
-const Backend* backend_select(const char* name) {
-    if (strcmp(name, "cpu") == 0) return &backend_cpu;
-    if (strcmp(name, "cuda") == 0) {
-        char why[256] = "";
-        const Backend* be = backend_cuda_get(why, sizeof why);
-        if (!be) rr_die("cannot use backend 'cuda': %s", why);
-        return be;
+const Backend* backend_open(const char* name, char* why, size_t why_len) {
+    int host = backend_name_host_addressable(name);
+    if (host < 0) {
+        snprintf(why, why_len, "unknown backend '%s' (choices: cpu, cuda)", name);
+        return NULL;
     }
-    rr_die("unknown backend '%s' (choices: cpu, cuda)", name);
+    const Backend* be = strcmp(name, "cpu") == 0 ? &backend_cpu : backend_cuda_get(why, why_len);
+    RR_ASSERT((!be || be->dev->host_addressable == host) && "backend_names.c says what the table says");
+    return be;
+}
+
+const Backend* backend_select(const char* name) {
+    char why[256] = "";
+    const Backend* be = backend_open(name, why, sizeof why);
+    if (!be && backend_name_host_addressable(name) < 0) rr_die("%s", why);
+    if (!be) rr_die("cannot use backend '%s': %s", name, why);
+    return be;
 }
 
 const char* precision_name(Precision p) { return p == PRECISION_BF16 ? "bf16" : "fp32"; }

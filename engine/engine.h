@@ -568,6 +568,12 @@ int precision_parse(const char* name, Precision* p);
 const Backend* backend_cuda_get(char* why, size_t why_len);
 /* "cpu" or "cuda"; dies with a clear message when the backend cannot be had. */
 const Backend* backend_select(const char* name);
+/* The same, or NULL with a one-line reason in `why` (an unknown name, or the device cannot be had). */
+const Backend* backend_open(const char* name, char* why, size_t why_len);
+/* What the device table of the backend `name` names says of its memory (BackendDevice.host_addressable: 1 the
+ * process's own, 0 device memory), known without opening it: for a memory estimate, a plan or a recipe check on
+ * a machine without that device. -1: no backend has that name. Code decides by this, never by the name. */
+int backend_name_host_addressable(const char* name);
 
 /* CPU GEMM entry (row-major, via CBLAS): C (M, N) = alpha * op(A) @ op(B) + beta * C. */
 void cpu_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

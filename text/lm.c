@@ -5,7 +5,7 @@
  * attention within each sample (grouped-query: Hkv key/value heads), RMSNorm, SwiGLU. The forward saves what the backward
  * needs; the backward is B (input gradients, keeping each weight's output gradient) and W (weight
  * gradients from those). Every op goes through the Backend. The embedding, final norm, head and loss
- * are composed in runtime/model.c, which also splices the image rows in. */
+ * are composed in runtime/model/model.c, which also splices the image rows in. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* lm.h — the decoder LM of docs/model.md "Decoder LM and RoPE", as blocks that a pipeline stage can hold a range of.
  *
- *   x0 = embed(ids) (image positions: the projector's output, spliced in by runtime/model.c)
+ *   x0 = embed(ids) (image positions: the projector's output, spliced in by runtime/model/model.c)
  *   block: x += o(attn(rope(q(n)), rope(k(n)), v(n))) with n = RMSNorm1(x);
  *          x += down(silu(gate(m)) * up(m))               with m = RMSNorm2(x)
  *   logits = lm_head(RMSNorm(x_L)); loss = sum of CE over supervised targets

@@ -119,6 +119,10 @@ void cpu_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C, int 
 void cpu_bf16_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p, uint64_t seed);
 void cpu_dropout_backward(const Backend* be, float* dinp, const float* dout, int N, int C, int ld_g, int c0, float p,
                           uint64_t seed);
+/* The norms' parameter gradients (layernorm.c): dweight += dy (x - mean) rstd and dbias += dy summed over the N rows
+ * (either may be NULL; mean NULL: RMSNorm's, no centring), column blocks in parallel. */
+void cpu_norm_params_backward(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                              const float* rstd, int N, int C);
 /* nf4.c (QLoRA's base weights: engine/quant.h rr_nf4_dq_dequantize_bf16, widened to the f32 words of every CPU table) */
 void cpu_nf4_dequantize(const Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
                         const float* map8, float offset, size_t n);

@@ -63,20 +63,24 @@ void cpu_layernorm_backward(const Backend* be, float* dinp, float* dweight, floa
             }
         }
     }
-    if (dweight || dbias) {
-        /* column blocks in parallel so that no two threads add into the same entry */
-        enum { BLOCK = 64 };
+    cpu_norm_params_backward(dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+void cpu_norm_params_backward(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                              const float* rstd, int N, int C) {
+    if (!dweight && !dbias) return;
+    /* column blocks in parallel so that no two threads add into the same entry */
+    enum { BLOCK = 64 };
 #pragma omp parallel for if ((size_t)N * C > 16384)
-        for (int c0 = 0; c0 < C; c0 += BLOCK) {
-            int c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-            for (int n = 0; n < N; n++) {
-                const float* x = inp + (size_t)n * C;
-                const float* dy = dout + (size_t)n * C;
-                float m = mean[n], s = rstd[n];
-                for (int c = c0; c < c1; c++) {
-                    if (dweight) dweight[c] += dy[c] * (x[c] - m) * s;
-                    if (dbias) dbias[c] += dy[c];
-                }
+    for (int c0 = 0; c0 < C; c0 += BLOCK) {
+        int c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + (size_t)n * C;
+            const float* dy = dout + (size_t)n * C;
+            float m = mean ? mean[n] : 0.0f, s = rstd[n]; /* x - 0 is x exactly: RMSNorm's dy x r */
+            for (int c = c0; c < c1; c++) {
+                if (dweight) dweight[c] += dy[c] * (x[c] - m) * s;
+                if (dbias) dbias[c] += dy[c];
             }
         }
     }

@@ -36,17 +36,5 @@ void cpu_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const 
             for (int c = 0; c < C; c++) dx[c] += r * dy[c] * weight[c] - x[c] * k;
         }
     }
-    if (dweight) {
-        enum { BLOCK = 64 };
-#pragma omp parallel for if ((size_t)N * C > 16384)
-        for (int c0 = 0; c0 < C; c0 += BLOCK) {
-            int c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-            for (int n = 0; n < N; n++) {
-                const float* x = inp + (size_t)n * C;
-                const float* dy = dout + (size_t)n * C;
-                float r = rstd[n];
-                for (int c = c0; c < c1; c++) dweight[c] += dy[c] * x[c] * r;
-            }
-        }
-    }
+    cpu_norm_params_backward(dweight, NULL, dout, inp, NULL, rstd, N, C);
 }

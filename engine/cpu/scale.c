@@ -1,4 +1,4 @@
-/* scale.c — x *= s elementwise (the trainer's gradient clipping; moved here from runtime/trainer.c
+/* scale.c — x *= s elementwise (the trainer's gradient clipping; moved here from runtime/train/trainer.c
  * so that it runs where the gradients live). One IEEE multiply per value: the same bits on every
  * backend and thread count. */
 #include "engine/cpu/cpu_ops.h"

@@ -492,6 +492,68 @@ int import_write_state(const char* tmp, const CheckpointState* id, const char* h
     return import_state_write(tmp, j, err, err_len);
 }
 
+int import_run_begin(ImportRun* run, const char* out, const char* hf_dir, int max_entries, char* err, size_t err_len) {
+    memset(run, 0, sizeof *run);
+    run->id = import_identity();
+    run->list = cJSON_CreateArray();
+    if (import_out_begin(&run->o, out, hf_dir, err, err_len) != 0) return -1;
+    return import_hf_files(hf_dir, max_entries, &run->files, &run->nf, err, err_len);
+}
+
+int import_run_end(ImportRun* run, const char* out, const char* hf_dir, int rc, cJSON* learned, char* err, size_t err_len) {
+    if (rc == 0) {
+        rc = import_write_state(run->o.tmp, &run->id, hf_dir, run->list, learned, err, err_len);
+        run->list = NULL, learned = NULL; /* freed with the state */
+    }
+    cJSON_Delete(learned);
+    rc = import_out_end(&run->o, out, rc, err, err_len); /* renamed, or what this import made removed */
+    cJSON_Delete(run->list);
+    for (int k = 0; k < run->nf; k++) free(run->files[k]);
+    free(run->files);
+    return rc;
+}
+
+int import_file_open(ImportFile* fi, const char* hf_dir, const char* name, char* err, size_t err_len) {
+    memset(fi, 0, sizeof *fi);
+    snprintf(fi->path, sizeof fi->path, "%s/%s", hf_dir, name);
+    if (st_load(&fi->f, fi->path, err, err_len) != 0) return -1;
+    fi->w = st_writer_new();
+    fi->bufs = callocCheck((size_t)fi->f.n + 1, sizeof(float*));
+    return 0;
+}
+
+void import_file_keep(ImportFile* fi, float* buf) {
+    RR_ASSERT(fi->nb <= fi->f.n && "one buffer per tensor of the file");
+    fi->bufs[fi->nb++] = buf;
+}
+
+float* import_file_buf(ImportFile* fi, size_t n) {
+    float* v = mallocCheck((n ? n : 1) * sizeof(float));
+    import_file_keep(fi, v);
+    return v;
+}
+
+int import_file_close(ImportFile* fi, int rc, int write, ImportRun* run, int k, const char* from, FILE* log, char* err,
+                      size_t err_len) {
+    if (rc == 0 && write) {
+        char base[64], shard[32], path[4400];
+        snprintf(shard, sizeof shard, "hf%d", k);
+        snprintf(base, sizeof base, "model.%s.safetensors", shard);
+        snprintf(path, sizeof path, "%s/%s", run->o.tmp, base);
+        st_writer_meta(fi->w, "format", "rrfp-mm");
+        checkpoint_identity_meta(fi->w, &run->id, shard);
+        st_writer_meta(fi->w, "imported_from", from);
+        rc = st_writer_write(fi->w, path, err, err_len);
+        cJSON_AddItemToArray(run->list, cJSON_CreateString(base));
+        if (rc == 0 && log) fprintf(log, "import: %s -> %s\n", fi->path, base);
+    }
+    st_writer_free(fi->w);
+    for (int i = 0; i < fi->nb; i++) free(fi->bufs[i]);
+    free(fi->bufs);
+    st_free(&fi->f);
+    return rc;
+}
+
 int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len) {
     memset(info, 0, sizeof *info);
     if (im_config(hf_dir, info, err, err_len) != 0) return -1;
@@ -500,27 +562,15 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
     ImName* names = import_llama_names(info, &n);
     size_t cap = (size_t)n;
 
-    char** files = NULL;
-    int nf = 0, rc = 0;
-    char path[4400];
-    ImportOut o;
-    if (import_out_begin(&o, out, hf_dir, err, err_len) != 0) rc = -1;
-    const char* tmp = o.tmp;
-    if (rc == 0 && import_hf_files(hf_dir, (int)cap + c->L + 16, &files, &nf, err, err_len) != 0) rc = -1;
-    CheckpointState id = import_identity();
-    cJSON* list = cJSON_CreateArray();
-    for (int k = 0; k < nf && rc == 0; k++) {
-        StFile f;
-        snprintf(path, sizeof path, "%s/%s", hf_dir, files[k]);
-        if (st_load(&f, path, err, err_len) != 0) {
-            rc = -1;
-            break;
-        }
-        StWriter* w = st_writer_new();
-        float** bufs = callocCheck((size_t)f.n + 1, sizeof(float*));
-        int nb = 0;
-        for (int t = 0; t < f.n && rc == 0; t++) {
-            const StTensor* x = &f.tensors[t];
+    ImportRun run;
+    int rc = import_run_begin(&run, out, hf_dir, (int)cap + c->L + 16, err, err_len);
+    for (int k = 0; k < run.nf && rc == 0; k++) {
+        ImportFile fi;
+        if ((rc = import_file_open(&fi, hf_dir, run.files[k], err, err_len)) != 0) break;
+        const StFile* f = &fi.f;
+        const char* path = fi.path;
+        for (int t = 0; t < f->n && rc == 0; t++) {
+            const StTensor* x = &f->tensors[t];
             size_t ln = strlen(x->name);
             if (ln >= 19 && !strcmp(x->name + ln - 19, "rotary_emb.inv_freq")) continue; /* recomputed from theta */
             if (c->tie && !strcmp(x->name, "lm_head.weight")) continue; /* tied: the head is the embedding */
@@ -538,57 +588,37 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             }
             /* the buffer is sized from the tensor as the file stores it (its bytes are in memory), after
              * checking that shape against the one config.json implies: never from config.json alone */
-            if (st_expect_shape(&f, x->name, m->ndim, m->shape, err, err_len) != 0) {
+            if (st_expect_shape(f, x->name, m->ndim, m->shape, err, err_len) != 0) {
                 size_t l = strlen(err);
                 snprintf(err + l, err_len - l, " (from %s/config.json)", hf_dir);
                 rc = -1;
                 break;
             }
-            float* v = mallocCheck((x->end - x->begin) / dtype_size(x->dtype) * sizeof(float));
-            bufs[nb++] = v;
-            if (st_read_f32(&f, x->name, v, m->ndim, m->shape, err, err_len) != 0) {
+            float* v = import_file_buf(&fi, (x->end - x->begin) / dtype_size(x->dtype));
+            if (st_read_f32(f, x->name, v, m->ndim, m->shape, err, err_len) != 0) {
                 rc = -1; /* names the file and the tensor (a dtype this import does not convert) */
                 break;
             }
             m->seen = 1;
             char e2[512];
-            if (checkpoint_add_tensor(w, m->ours, m->ndim, m->shape, v, e2, sizeof e2) != 0) {
+            if (checkpoint_add_tensor(fi.w, m->ours, m->ndim, m->shape, v, e2, sizeof e2) != 0) {
                 rc = rr_fail(err, err_len, "%s: tensor '%s' (for %s): %s", path, x->name, m->ours, e2);
                 break;
             }
             info->tensors++;
         }
-        if (rc == 0) {
-            char base[64], shard[32];
-            snprintf(shard, sizeof shard, "hf%d", k);
-            snprintf(base, sizeof base, "model.%s.safetensors", shard);
-            snprintf(path, sizeof path, "%s/%s", tmp, base);
-            st_writer_meta(w, "format", "rrfp-mm");
-            checkpoint_identity_meta(w, &id, shard);
-            st_writer_meta(w, "imported_from", "huggingface llama");
-            rc = st_writer_write(w, path, err, err_len);
-            cJSON_AddItemToArray(list, cJSON_CreateString(base));
-            if (rc == 0 && log) fprintf(log, "import: %s/%s -> %s\n", hf_dir, files[k], base);
-        }
-        st_writer_free(w);
-        for (int i = 0; i < nb; i++) free(bufs[i]);
-        free(bufs);
-        st_free(&f);
+        rc = import_file_close(&fi, rc, 1, &run, k, "huggingface llama", log, err, err_len);
     }
     for (int i = 0; i < n && rc == 0; i++)
         if (!names[i].seen)
             rc = rr_fail(err, err_len, "%s: tensor '%s' (for %s) is in none of the model's files", hf_dir, names[i].hf,
                          names[i].ours);
+    cJSON* learned = NULL;
     if (rc == 0) {
-        cJSON* learned = cJSON_CreateObject();
+        learned = cJSON_CreateObject();
         import_llama_keys(info, cJSON_AddObjectToObject(learned, "recipe"));
-        rc = import_write_state(tmp, &id, hf_dir, list, learned, err, err_len);
-        list = NULL; /* freed with the state */
     }
-    rc = import_out_end(&o, out, rc, err, err_len);
-    cJSON_Delete(list);
-    for (int k = 0; k < nf; k++) free(files[k]);
-    free(files);
+    rc = import_run_end(&run, out, hf_dir, rc, learned, err, err_len);
     free(names);
     return rc;
 }

@@ -107,6 +107,43 @@ CheckpointState import_identity(void);
 int import_state_write(const char* tmp, cJSON* j, char* err, size_t err_len);
 int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,
                        char* err, size_t err_len);
+/* An import's frame: the output folder (built in o.tmp), the source's safetensors files, the identity each written
+ * file carries and the written files' names. */
+typedef struct {
+    ImportOut o;
+    char** files; /* import_hf_files */
+    int nf;
+    CheckpointState id; /* import_identity */
+    cJSON* list;        /* the names of the files written into o.tmp */
+} ImportRun;
+/* import_out_begin, then import_hf_files (max_entries: its cap). Returns 0, or -1 with a message (import_run_end
+ * still to be called). */
+int import_run_begin(ImportRun* run, const char* out, const char* hf_dir, int max_entries, char* err, size_t err_len);
+/* rc == 0: state.json written (import_write_state with `learned`, which it takes; NULL: none) and the folder renamed
+ * to out; otherwise what the import made is removed. Frees the run; returns the final rc. */
+int import_run_end(ImportRun* run, const char* out, const char* hf_dir, int rc, cJSON* learned, char* err, size_t err_len);
+
+/* One safetensors file of a Hugging Face folder as an import reads it: its tensors (f), the shard of our checkpoint
+ * written from it (w) and the f32 buffers the shard's tensors point into until it is written. */
+typedef struct {
+    char path[4400]; /* hf_dir/name: what the messages name */
+    StFile f;
+    StWriter* w;
+    float** bufs;
+    int nb;
+} ImportFile;
+/* Loads hf_dir/name (st_load's checks) and starts its shard. Returns 0, or -1 with a message (nothing to free). */
+int import_file_open(ImportFile* fi, const char* hf_dir, const char* name, char* err, size_t err_len);
+/* A new f32 buffer of n values (uninitialised), freed by import_file_close. */
+float* import_file_buf(ImportFile* fi, size_t n);
+/* buf (malloc'd) freed by import_file_close from now on. */
+void import_file_keep(ImportFile* fi, float* buf);
+/* write = 1 (and rc == 0): the shard as model.hfK.safetensors in the run's folder (K = k, the file's index in
+ * run->files) with the run's identity and "imported_from" = from, its name appended to the run's list, a line to
+ * `log` (may be NULL); then (in every case) frees the file, the shard and the buffers. Returns rc, or -1 with a
+ * message when the write fails. */
+int import_file_close(ImportFile* fi, int rc, int write, ImportRun* run, int k, const char* from, FILE* log, char* err,
+                      size_t err_len);
 /* The recipe keys an LM import decided, as text values into object `keys` ("model.text_width": "4096", ...):
  * the keys cmd_import prints, and the variant keys at the values the config implies (text_kv_heads 0 for
  * multi-head attention, the biases, tie_embeddings, rope_type). */

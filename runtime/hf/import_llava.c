@@ -516,28 +516,20 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
     IlPending* pend = callocCheck((size_t)info->L * 2, sizeof(IlPending)); /* [layer][0 weight, 1 bias] */
     int64_t D = info->D;
 
-    char** files = NULL;
-    int nf = 0, rc = 0;
-    char path[4400], canon[160];
-    ImportOut o; /* --out as import llama takes it (import.h): lstat, no trailing '/', not inside --hf */
-    if (import_out_begin(&o, out, hf_dir, err, err_len) != 0) rc = -1;
-    const char* tmp = o.tmp;
-    /* the index may list the tensors this import skips too (CLIPModel's text side, buffers): twice the table */
-    if (rc == 0 && import_hf_files(hf_dir, 2 * tab.n + 64, &files, &nf, err, err_len) != 0) rc = -1;
-    CheckpointState id = import_identity();
-    cJSON* list = cJSON_CreateArray();
-    for (int k = 0; k < nf && rc == 0; k++) {
-        StFile f;
-        snprintf(path, sizeof path, "%s/%s", hf_dir, files[k]);
-        if (st_load(&f, path, err, err_len) != 0) {
-            rc = -1;
-            break;
-        }
-        StWriter* w = st_writer_new();
-        float** bufs = callocCheck((size_t)f.n + 1, sizeof(float*));
-        int nb = 0, added = 0;
-        for (int t = 0; t < f.n && rc == 0; t++) {
-            const StTensor* x = &f.tensors[t];
+    char canon[160];
+    /* --out as import llama takes it (import.h): lstat, no trailing '/', not inside --hf; the index may list the
+     * tensors this import skips too (CLIPModel's text side, buffers): twice the table */
+    ImportRun run;
+    int rc = import_run_begin(&run, out, hf_dir, 2 * tab.n + 64, err, err_len);
+    for (int k = 0; k < run.nf && rc == 0; k++) {
+        ImportFile fi;
+        if ((rc = import_file_open(&fi, hf_dir, run.files[k], err, err_len)) != 0) break;
+        const StFile* f = &fi.f;
+        StWriter* w = fi.w;
+        const char* path = fi.path;
+        int added = 0;
+        for (int t = 0; t < f->n && rc == 0; t++) {
+            const StTensor* x = &f->tensors[t];
             size_t ln = strlen(x->name);
             if (ln >= 19 && !strcmp(x->name + ln - 19, "rotary_emb.inv_freq")) { /* recomputed from theta */
                 info->skipped++;
@@ -591,9 +583,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 /* CLIP's Conv2d weight (D, 3, p, p) is the (D, 3p^2) linear over channel-major patch pixels */
                 int64_t cs[4] = {D, 3, info->patch, info->patch};
                 size_t numel = (size_t)D * 3 * info->patch * info->patch;
-                float* v = mallocCheck(numel * sizeof(float));
-                bufs[nb++] = v;
-                rc = st_read_f32(&f, x->name, v, 4, cs, err, err_len);
+                float* v = import_file_buf(&fi, numel);
+                rc = st_read_f32(f, x->name, v, 4, cs, err, err_len);
                 if (rc == 0) rc = il_finite(v, numel, path, x->name, err, err_len);
                 if (rc == 0) rc = il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len);
                 if (rc == 0) added++, info->tensors++;
@@ -605,24 +596,24 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 IlPending* pd = &pend[m->layer * 2 + isb];
                 if (!pd->buf) pd->buf = mallocCheck(3 * numel * sizeof(float));
                 int part = m->kind - IL_Q;
-                if (st_read_f32(&f, x->name, pd->buf + (size_t)part * numel, m->n.ndim, m->n.shape, err, err_len) != 0 ||
+                if (st_read_f32(f, x->name, pd->buf + (size_t)part * numel, m->n.ndim, m->n.shape, err, err_len) != 0 ||
                     il_finite(pd->buf + (size_t)part * numel, numel, path, x->name, err, err_len) != 0) {
                     rc = -1;
                     break;
                 }
                 if (++pd->parts == 3) { /* all of q, k, v: the fused tensor goes into this file */
                     int64_t sh[2] = {3 * m->n.shape[0], m->n.shape[1]};
-                    bufs[nb++] = pd->buf;
+                    float* qkv = pd->buf;
+                    import_file_keep(&fi, qkv);
                     pd->buf = NULL;
-                    rc = il_put(w, m->n.ours, m->n.ndim, sh, bufs[nb - 1], path, err, err_len);
+                    rc = il_put(w, m->n.ours, m->n.ndim, sh, qkv, path, err, err_len);
                     added++;
                     info->tensors++;
                 }
                 continue;
             }
-            float* v = mallocCheck(numel * sizeof(float));
-            bufs[nb++] = v;
-            if (st_read_f32(&f, x->name, v, m->n.ndim, m->n.shape, err, err_len) != 0 ||
+            float* v = import_file_buf(&fi, numel);
+            if (st_read_f32(f, x->name, v, m->n.ndim, m->n.shape, err, err_len) != 0 ||
                 il_finite(v, numel, path, x->name, err, err_len) != 0) {
                 rc = -1; /* names the file, the tensor and the shape config.json implies, or the value */
                 break;
@@ -634,22 +625,9 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             added++;
             info->tensors++;
         }
-        if (rc == 0 && added > 0) {
-            char base[64], shard[32];
-            snprintf(shard, sizeof shard, "hf%d", k);
-            snprintf(base, sizeof base, "model.%s.safetensors", shard);
-            snprintf(path, sizeof path, "%s/%s", tmp, base);
-            st_writer_meta(w, "format", "rrfp-mm");
-            checkpoint_identity_meta(w, &id, shard);
-            st_writer_meta(w, "imported_from", llava == 2 ? "huggingface llava_next" : llava ? "huggingface llava" : "huggingface clip");
-            rc = st_writer_write(w, path, err, err_len);
-            cJSON_AddItemToArray(list, cJSON_CreateString(base));
-            if (rc == 0 && log) fprintf(log, "import: %s/%s -> %s\n", hf_dir, files[k], base);
-        }
-        st_writer_free(w);
-        for (int i = 0; i < nb; i++) free(bufs[i]);
-        free(bufs);
-        st_free(&f);
+        rc = import_file_close(&fi, rc, added > 0, &run, k,
+                               llava == 2 ? "huggingface llava_next" : llava ? "huggingface llava" : "huggingface clip", log,
+                               err, err_len);
     }
     cJSON* absent = cJSON_CreateArray(); /* our names, each once (q, k and v make one qkv tensor) */
     for (int i = 0; i < tab.n && rc == 0; i++) {
@@ -670,11 +648,12 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 rc = rr_fail(err, err_len, "%s: layer %d's q / k / v %s are not all in the files", hf_dir, l,
                              b ? "biases" : "weights");
     /* the folder's config, tokenizer and processor files, as they were, beside the weights (hf_files.h) */
-    if (rc == 0 && llava) rc = hf_keep_files(hf_dir, tmp, info->kept, sizeof info->kept, err, err_len);
+    if (rc == 0 && llava) rc = hf_keep_files(hf_dir, run.o.tmp, info->kept, sizeof info->kept, err, err_len);
+    cJSON* learned = NULL;
     if (rc == 0) {
         /* what the import learned (runtime/train/trained.h): the recipe keys it prints and decided, the <image>
          * id, the tensors the source lacked */
-        cJSON* learned = cJSON_CreateObject();
+        learned = cJSON_CreateObject();
         il_keys(info, cJSON_AddObjectToObject(learned, "recipe"));
         if (llava && info->image_token_index >= 0) cJSON_AddNumberToObject(learned, "image_token_id", info->image_token_index);
         if (llava == 2) { /* for pack --grid-pinpoints and export hf's image_grid_pinpoints */
@@ -684,16 +663,11 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
         }
         cJSON_AddItemToObject(learned, "absent", absent);
         absent = NULL;
-        rc = import_write_state(tmp, &id, hf_dir, list, learned, err, err_len);
-        list = NULL; /* freed with the state */
     }
     cJSON_Delete(absent);
-    rc = import_out_end(&o, out, rc, err, err_len); /* renamed, or what this import made removed */
-    cJSON_Delete(list);
+    rc = import_run_end(&run, out, hf_dir, rc, learned, err, err_len);
     for (int l = 0; l < info->L * 2; l++) free(pend[l].buf);
     free(pend);
-    for (int k = 0; k < nf; k++) free(files[k]);
-    free(files);
     free(sorted);
     free(tab.v);
     return rc;

@@ -1,4 +1,4 @@
-/* model.c — the LLaVA composition as pipeline stages (runtime/model.h): parameters of a stage,
+/* model.c — the LLaVA composition as pipeline stages (runtime/model/model.h): parameters of a stage,
  * per-microbatch activations from one block, sequence assembly (image rows from the projector,
  * text rows from the embedding), forward, split (B / W) and fused backward, and step dumps. */
 #include <cjson/cJSON.h>

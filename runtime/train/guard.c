@@ -169,10 +169,10 @@ int guard_device_memory(Recipe* r, Comm* world, char* note, size_t note_len, cha
     if (note && note_len) note[0] = 0;
     r->device_memory = 0;
     /* the same recipe on every rank: every rank takes this branch or none */
-    if (r->memory_budget > 0 || r->allow_overcommit || !strcmp(r->backend, "cpu")) return 0;
+    if (r->memory_budget > 0 || r->allow_overcommit || backend_name_host_addressable(r->backend) == 1) return 0;
     double gib = 0;
     char why[256];
-    const Backend* be = backend_cuda_get(why, sizeof why);
+    const Backend* be = backend_open(r->backend, why, sizeof why);
     if (!be) {
         if (note && note_len) snprintf(note, note_len, "%s", why);
     } else if (be->dev->memory) {
@@ -233,7 +233,7 @@ int guard_data_workers(const Recipe* r) {
     if (share < 1) share = 1;
     /* the cores the step itself keeps busy: on the CPU its threads; on a device one host thread */
     int compute = 1;
-    if (!strcmp(r->backend, "cpu")) compute = r->threads > 0 && r->threads < share ? r->threads : share;
+    if (backend_name_host_addressable(r->backend) == 1) compute = r->threads > 0 && r->threads < share ? r->threads : share;
     int n = share - compute;
     return n < 1 ? 1 : n > GUARD_DATA_WORKERS_MAX ? GUARD_DATA_WORKERS_MAX : n;
 }

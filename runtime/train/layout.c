@@ -80,7 +80,7 @@ static void fmt_bytes(char* s, size_t n, double x) {
 void train_fmt_bytes(char* s, size_t n, double x) { fmt_bytes(s, n, x); }
 
 /* What one virtual stage holding LM layers [l0, l1) allocates, before the microbatches in flight multiply its
- * activations: exact sizes from the model's own tables (runtime/model.h), nothing allocated. With tp > 1: one TP
+ * activations: exact sizes from the model's own tables (runtime/model/model.h), nothing allocated. With tp > 1: one TP
  * rank's table (its slices of the split tensors, whole copies of the replicated ones: every TP rank holds the same
  * amount) and its split activations. */
 typedef struct {
@@ -106,7 +106,7 @@ static void stage_bytes_head(const Recipe* r, const ModelConfig* mc, int l0, int
     memset(o, 0, sizeof *o);
     /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
      * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
-    int bf16 = !strcmp(r->precision, "bf16"), cuda = !strcmp(r->backend, "cuda");
+    int bf16 = !strcmp(r->precision, "bf16"), cuda = backend_name_host_addressable(r->backend) == 0;
     ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
     model_params_register_split(mc, l0, l1, tv0, tv1, head, r->tp, 0, &pt);
     o->params = (double)pt.total;
@@ -197,7 +197,7 @@ static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, i
     out->compute_copy = sb->copy;
     /* on CUDA the column sums' partials (bias / norm-weight gradients: engine/cuda/bw_path.h), any precision */
     double scratch = sb->scratch;
-    if (!strcmp(r->backend, "cuda")) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
+    if (backend_name_host_addressable(r->backend) == 0) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
     out->scratch = scratch + sb->wscratch + sb->qws;
     out->trainable = sb->trainable;
     out->grads = sb->trainable * 4;
@@ -788,7 +788,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             "workspace: the backend's own scratch%s):\n",
             T,
             strcmp(r->precision, "bf16") ? ""
-            : !strcmp(r->backend, "cuda")
+            : backend_name_host_addressable(r->backend) == 0
                 ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and workspace the bf16 GEMM "
                   "operand scratch;\nactivations are 2-byte bf16 (with the attention's f32 scratch in the workspace; "
                   "docs/cuda.md, bf16 storage)"
@@ -802,7 +802,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         fprintf(out, "memory budget: %s per rank (runtime.memory_budget unset: the device's %s less a %.0f%% reserve for the "
                      "CUDA context, the libraries' workspaces and communication buffers)\n", b, dev, 100 * TRAIN_DEVICE_RESERVE);
     }
-    else if (strcmp(r->backend, "cpu") != 0)
+    else if (backend_name_host_addressable(r->backend) == 0)
         fprintf(out, "memory budget: none (runtime.memory_budget unset and %s)\n",
                 r->allow_overcommit ? "runtime.allow_overcommit = 1" : "no device here to take its memory from");
     else
@@ -811,7 +811,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     int budget = train_budget_gib(r) > 0;
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s %12s%s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "workspace", "total", budget ? "       budget" : "");
-    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
+    /* Exact per-stage sizes from the model's own tables (runtime/model/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
     double max_total = 0, max_params = 0;
@@ -880,6 +880,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         double buckets = ceil(max_params * 4 / (r->dp_bucket_mb * 1048576.0));
         char hc[32];
         fmt_bytes(hc, sizeof hc, max_params * 4);
+        int dev = backend_name_host_addressable(r->backend) == 0; /* a host copy of the grad block */
         char how[256];
         if (r->zero)
             snprintf(how, sizeof how, "gradients reduce-scattered in place (one collective per stage), the updated weights "
@@ -890,9 +891,9 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
                      r->dp_bucket_mb, buckets);
         fprintf(out, "data parallel: dp %d replicas, each rank holding the memory above (%s); %s%s%s%s\n", r->dp,
                 r->zero ? "its shard of the optimiser state" : "parameters, gradients and AdamW state replicated", how,
-                strcmp(r->backend, "cpu") ? ", plus a host copy of the gradients on this device backend where the DP "
+                dev ? ", plus a host copy of the gradients on this device backend where the DP "
                                             "group is not NCCL's: " : "",
-                strcmp(r->backend, "cpu") ? hc : "", strcmp(r->backend, "cpu") ? " per rank" : "");
+                dev ? hc : "", dev ? " per rank" : "");
     }
     if (r->tp > 1)
         fprintf(out, "tensor parallel: tp %d ranks per stage, each holding the figures above (heads, MLP hidden and "

@@ -676,7 +676,7 @@ const char* recipe_origin(const Recipe* r, const char* section, const char* key)
 int recipe_validate(Recipe* r, char* err, size_t err_len) {
     /* the defaults that depend on another key, resolved before anything reads or hashes them */
     if (!strcmp(r->precision, "auto")) {
-        snprintf(r->precision, sizeof r->precision, "%s", !strcmp(r->backend, "cuda") ? "bf16" : "fp32");
+        snprintf(r->precision, sizeof r->precision, "%s", backend_name_host_addressable(r->backend) == 0 ? "bf16" : "fp32");
     }
     if (r->anyres == 1)
         VFAIL("model", "anyres", "%d", r->anyres, "an image is its base image and at least one tile; allowed: 0 (off) or 2 .. 1025");
@@ -768,10 +768,10 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
         VFAIL("train", "stop_at", "%d", r->stop_at, "after train.steps (%d); allowed: 0 .. %d", r->steps, r->steps);
     if (r->dump_step == 0 || r->dump_step > r->steps)
         VFAIL("train", "dump_step", "%d", r->dump_step, "not a step of this run; allowed: -1 or 1 .. %d", r->steps);
-    if (!strcmp(r->comm, "nccl") && strcmp(r->backend, "cuda") != 0)
+    if (!strcmp(r->comm, "nccl") && backend_name_host_addressable(r->backend) != 0)
         VFAIL("runtime", "comm", "%s", r->comm, "carries device memory: it needs runtime.backend = cuda (got %s); "
               "allowed with %s: mpi", r->backend, r->backend);
-    /* parallel layout: the LM layers are split over pp x chunks virtual stages (runtime/partition.h; the
+    /* parallel layout: the LM layers are split over pp x chunks virtual stages (runtime/model/partition.h; the
      * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
      * sizes and the vocabulary */
     int S = r->pp * r->chunks;
@@ -828,7 +828,7 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
             VFAIL("runtime", "cap", "%s", r->cap,
                   "only `ready`, `lookahead` and `adaptive` modes use a cap; allowed: 0 with parallel.mode=%s", r->mode);
     }
-    if (r->profile && strcmp(r->backend, "cuda") != 0)
+    if (r->profile && backend_name_host_addressable(r->backend) != 0)
         VFAIL("runtime", "profile", "%s", "true", "the profiler times CUDA events; allowed: true with runtime.backend = cuda "
               "(got %s)", r->backend);
     if (strcmp(r->compute, "model") != 0) {

@@ -490,15 +490,11 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
             return -1;
         }
     }
-    const Backend* be = &backend_cpu;
-    if (strcmp(r->backend, "cpu") != 0) {
-        char why[256];
-        be = backend_cuda_get(why, sizeof why);
-        if (!be) {
-            snprintf(err, err_len, "%s: runtime.backend = %s: %s", recipe_origin(r, "runtime", "backend"), r->backend,
-                     why);
-            return -1;
-        }
+    char why[256];
+    const Backend* be = backend_open(r->backend, why, sizeof why);
+    if (!be) {
+        snprintf(err, err_len, "%s: runtime.backend = %s: %s", recipe_origin(r, "runtime", "backend"), r->backend, why);
+        return -1;
     }
     Precision prec;
     RR_ASSERT(precision_parse(r->precision, &prec) == 0); /* the recipe reader allowed only fp32 | bf16 */

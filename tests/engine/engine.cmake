@@ -40,7 +40,9 @@ add_test(NAME safetensors_python_peer
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/engine/safetensors_peer.py $<TARGET_FILE:test_safetensors>
                  ${CMAKE_CURRENT_BINARY_DIR}/st_peer)
 
-add_test(NAME checkpoint_unit COMMAND test_safetensors checkpoint ${CMAKE_CURRENT_BINARY_DIR})
+add_executable(test_checkpoint tests/engine/test_checkpoint.c)
+target_link_libraries(test_checkpoint PRIVATE rrfp_core)
+add_test(NAME checkpoint_unit COMMAND test_checkpoint ${CMAKE_CURRENT_BINARY_DIR})
 
 # The CUDA backend's GEMM layout logic on the CPU: every cuBLAS / cuBLASLt call as a GemmDesc, executed
 # through CBLAS against the CPU backend's linear op (the test keeps its CUDA-area name).

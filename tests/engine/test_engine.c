@@ -118,7 +118,7 @@ static void test_lr(void) {
     printf("lr: %zu values checked\n", sizeof c / sizeof c[0]);
 }
 
-/* The step end's code as it was before it became Backend ops (runtime/trainer.c's
+/* The step end's code as it was before it became Backend ops (runtime/train/trainer.c's
  * trainer_sum_squares, engine/adamw.c's sum_squares and adamw_update at commit 37c5657), kept here
  * verbatim as the bitwise reference: bit-exact resume and the recorded loss trajectories depend on
  * the CPU backend giving exactly these bits. */
@@ -416,7 +416,20 @@ int main(int argc, char** argv) {
     else if (strcmp(what, "expf") == 0) test_expf();
     else if (strcmp(what, "params") == 0) test_params();
     else if (strcmp(what, "adamw") == 0 && argc == 3) test_adamw(argv[2]);
-    else if (strcmp(what, "backend") == 0 && argc == 3) printf("backend: %s\n", backend_select(argv[2])->dev->name);
+    else if (strcmp(what, "backend") == 0 && argc == 3) {
+        const Backend* be = backend_select(argv[2]);
+        printf("backend: %s\n", be->dev->name);
+        /* what the name promises before the table is opened (a plan, a recipe check) is what the table says */
+        if (backend_name_host_addressable(argv[2]) != be->dev->host_addressable) {
+            fprintf(stderr, "FAIL: backend_name_host_addressable(%s) = %d, the table's host_addressable = %d\n", argv[2],
+                    backend_name_host_addressable(argv[2]), be->dev->host_addressable);
+            return 1;
+        }
+        if (backend_name_host_addressable("frob") != -1) {
+            fprintf(stderr, "FAIL: an unknown backend name has a host_addressable\n");
+            return 1;
+        }
+    }
     else if (strcmp(what, "init_dump") == 0 && argc == 6) {
         size_t off = strtoull(argv[4], NULL, 10), n = strtoull(argv[5], NULL, 10);
         float* x = malloc(n * sizeof(float));

@@ -5,7 +5,7 @@
  *                              the widest code gap times the absmax; double quantization restores absmaxes
  *   test_quant dump IN OUT     IN: n f32 values (raw); writes OUT.q4 (NF4 bytes), OUT.absmax (f32 per 64),
  *                              OUT.q8 / OUT.absmax2 / OUT.offset (the absmaxes double-quantized) and
- *                              OUT.deq (the dequantized values, f32) for tests/quant_ref.py to compare with an
+ *                              OUT.deq (the dequantized values, f32) for tests/engine/quant_ref.py to compare with an
  *                              independent implementation of the algorithm.
  * unit also checks the CPU backend's nf4_dequantize against rr_nf4_dq_dequantize_bf16 bit for bit. */
 #include <math.h>

@@ -33,7 +33,7 @@ SAN="address,undefined -fno-sanitize-recover=undefined"
 CFLAGS="-gline-tables-only -O1 -I$SRC $(pkg-config --cflags libcjson libzstd) -DRRFP_VERSION=\"fuzz\""
 LIBS="$(pkg-config --libs libcjson libzstd) -lm -lpthread"
 # the library sources, compiled once (coverage-instrumented) for every target
-LIB_SRCS="engine/util.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c engine/json.c
+LIB_SRCS="engine/util.c engine/backend_names.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c engine/json.c
           engine/params_quant.c engine/params_quant_st.c engine/quant.c
           runtime/hf/import.c runtime/train/recipe.c runtime/model/partition.c runtime/sched/dispatch.c
           runtime/sched/hints.c runtime/sim/sim.c runtime/plan/plan.c runtime/trace/trace.c runtime/cli/cmd_trace.c
@@ -41,7 +41,7 @@ LIB_SRCS="engine/util.c engine/tensor.c engine/init.c engine/params.c engine/saf
 for s in $LIB_SRCS; do echo "$SRC/$s $W/obj/$(echo "$s" | tr / _).o"; done |
     xargs -P 2 -n 2 sh -c "$CC $CFLAGS -fsanitize=fuzzer-no-link,$SAN -c \"\$0\" -o \"\$1\" || exit 255" || exit 1
 o() { for s in "$@"; do printf '%s ' "$W/obj/$(echo "$s" | tr / _).o"; done; }
-ENGINE=$(o engine/util.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c engine/json.c \
+ENGINE=$(o engine/util.c engine/backend_names.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c engine/json.c \
          engine/params_quant.c engine/params_quant_st.c engine/quant.c)
 declare -A OBJS=(
     [safetensors]="$ENGINE"

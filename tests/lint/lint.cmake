@@ -8,3 +8,6 @@ add_test(NAME lint_standalone COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_s
 # a 2-byte buffer never travels as float*: the op tables' float* parameters are f32 by contract, the model code
 # carves and addresses its activations as typed buffers; proves its rules first
 add_test(NAME lint_typed_buffers COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/lint/lint_typed_buffers.py ${CMAKE_SOURCE_DIR})
+# tests/ mirrors the source tree: each test folder mirrors a source folder, registers its tests in the .cmake named
+# after it, runs no other folder's files; a test named after a source file sits in that file's mirror; proves its rules first
+add_test(NAME lint_mirror COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/lint/lint_mirror.py ${CMAKE_SOURCE_DIR})

@@ -5,6 +5,7 @@
 #   - no rank counts from Open MPI's environment (OMPI_COMM_WORLD_*): MPI itself says;
 #   - no exit / abort in library code below runtime/cli/ but comm_abort (which cli/ alone calls), and
 #     rr_die in runtime/{pipeline,train,hf,report,model,comm,sched,sim,plan} only for internal invariants ("internal...");
+#   - no branch on a backend's name outside engine/backend.c (the device table's flags say what code needs);
 #   - a test's verdict is its exit code: no CTest pass-regex property in any tests/**/*.cmake.
 set -u
 cd "$1" || exit 2
@@ -30,6 +31,11 @@ hits=$(grep -rnE '\b(exit|abort)\(' engine data text vision runtime --include='*
 hits=$(grep -rnE 'rr_die(_hint)?\(' runtime/pipeline runtime/train runtime/hf runtime/report runtime/model runtime/comm runtime/sched runtime/sim runtime/plan \
        --include='*.c' | grep -v 'rr_die[_a-z]*("internal')
 [ -z "$hits" ] || bad "rr_die on a path a user's input can reach (return the error instead): $hits"
+# a backend is known by its device table's flags (BackendDevice.host_addressable, ...), never by its name: only
+# engine/backend.c and engine/backend_names.c map a name to a table (backend_open, backend_name_host_addressable)
+hits=$(grep -rnE 'str(n?cmp|str|n?casecmp)\([^;)]*("cpu"|"cuda"|dev->name|->backend\b)' engine data text vision runtime \
+       --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' | grep -vE '^engine/backend(_names)?\.c:')
+[ -z "$hits" ] || bad "a backend told by its name (ask its device table, or backend_name_host_addressable): $hits"
 pass_regex='PASS_REGULAR''_EXPRESSION' # split so this file does not match itself
 hits=$(grep -rln --include='*.cmake' "$pass_regex" tests)
 [ -z "$hits" ] || bad "$pass_regex (ignores the exit code) in: $hits"

@@ -4,16 +4,25 @@
 # JavaScript, CMake, Makefile, .ci/) and in the documentation (*.md):
 #   - no citation of a design or style file outside the repository (the design as built is docs/design.md
 #     and the pages it links; cite those by path and section name);
-#   - no path into the folder beside the checkout (../shared/);
-#   - no tracker number ("issue N"): say what the issue meant, the reason, instead.
-# In the code files also no calendar dates (dated run logs belong in bench/README.md, not in file headers).
+#   - a design or style page cited by its path in the repository (docs/design.md, in any case of the name:
+#     a bare DESIGN.md, Design.md or design.md names no file a reader can open), and no "section N of the design";
+#   - no path into the folder beside the checkout (../shared/) or of one machine (/work/..., /home/...);
+#   - no tracker number or pointer ("issue N", "PR N", "(#N)", "the issue's target", "see the issue"): say what the
+#     issue meant, the reason, instead.
+# In the code files (recipes' .ini and scripts' .sbatch too) also no calendar dates (2026-11-24, 2026/11/24,
+# Nov 24, 2026: dated run logs belong in bench/README.md, not in file headers).
 # The scan first proves on files of its own that it finds each form, so a broken pattern cannot pass.
 set -u
 src=${1:?usage: lint_standalone.sh SRC}
 # the patterns are split so that this file does not match itself
 ref='\b(DESIGN|STYLE)''(\.md\b|'"'"'s\b|:)|\bDESIGN\.md|\.\./shared''/|\b[Ii]ssues? #?[0-9]+'
-date='\b20[0-9]{2}''-[01][0-9]-[0-3][0-9]\b'
-code_re='\.(c|h|cu|cuh|cc|cpp|py|sh|js|cmake)$|(^|/)(CMakeLists\.txt|Makefile)$|^\.ci/'
+ref+='|(^|[^/])\b([Dd][Ee][Ss][Ii][Gg][Nn]|[Ss][Tt][Yy][Ll][Ee])''\.[Mm][Dd]\b'
+ref+='|\b[Ss]ection [0-9]+ of the ''design|\b[Dd]esign('"'"'s)? section ''[0-9]'
+ref+='|(^|[^A-Za-z0-9_.~/-])/(work|home|Users)''/[A-Za-z]'
+ref+='|\b[Ii]ssue'"'"'s\b|\b([Ss]ee|[Ii]n|[Pp]er|[Bb]y) the ''issue\b|\bPR #?''[0-9]+|\(#''[0-9]+\)'
+date='\b20[0-9]{2}''[-/][01][0-9][-/][0-3][0-9]\b'
+date+='|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* [0-3]?[0-9],? 20''[0-9]{2}\b'
+code_re='\.(c|h|cu|cuh|cc|cpp|py|sh|js|cmake|ini|sbatch)$|(^|/)(CMakeLists\.txt|Makefile)$|^\.ci/'
 doc_re='\.md$'
 # files: what git tracks when SRC is a checkout, else every file but build output and installed packages
 list() {
@@ -38,15 +47,22 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lint_lib.sh"
 mkdir -p "$tmp/clean"
-printf '/* the streams of docs/design.md "Streams and events"; issued once; design.md; tissue 3 */\n' \
+printf '/* the streams of docs/design.md "Streams and events"; issued once; redesign.md; tissue 3; the issues */\n' \
   > "$tmp/clean/ok.c"
+printf '# the forward issues the loads; see docs/design.md, section "Layout"; mpirun --allow-run-as-root\n' \
+  > "$tmp/clean/ok.sh"
 printf 'Measured on 2026''-11-26 (a run log of bench/README.md may carry its date).\n' > "$tmp/clean/ok.md"
 scan_passes "$tmp/clean"
 i=0
 for form in 'x.c:/* DESIGN''.md section 3 */' "x.h: * as DESIGN""'s bound" 'x.cu:// (DESIGN'': default P - r)' \
             'x.py:# see issue'' 20' 'x.sh:# Issues'' 20 and 24' 'CMakeLists.txt:# STYLE''.md 7a' \
             'x.cmake:# ../shared''/device/README.md' 'x.c:// measured 2026''-11-24 on an H100' \
-            'docs/x.md:as DESIGN''.md says' 'x.md:(issue'' 7)' 'Makefile:# ../shared''/DESIGN.md'; do
+            'docs/x.md:as DESIGN''.md says' 'x.md:(issue'' 7)' 'Makefile:# ../shared''/DESIGN.md' \
+            'x.c:/* as design''.md says */' 'docs/x.md:see Design''.md' 'x.h: * (STYLE''.MD)' \
+            'x.cu:// section 4 of the ''design' 'x.py:# the design'"'"'s section'' 7' 'README.md:see the ''issue' \
+            'bench/README.md:the issue'"'"'s'' target' 'x.js:// fixed in PR'' 12' 'x.sh:# (#''33)' \
+            'x.md:`tool /work''/main/build/x`' 'x.cmake:# /home''/me/src' 'recipes/x.ini:; measured 2026''-11-24' \
+            'x.sbatch:# 2026''/11/24 run' 'x.c:/* Nov 24, 2026'' on an H100 */'; do
   i=$((i + 1))
   mkdir -p "$tmp/bad$i/$(dirname "${form%%:*}")"
   printf '%s\n' "${form#*:}" > "$tmp/bad$i/${form%%:*}"

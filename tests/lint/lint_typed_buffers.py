@@ -30,6 +30,9 @@
    bench/, dev/, device/) names a table's activation dtype or its 2-byte variant (a member act_dtype, act_bf16_variant,
    be_act(), backend_cuda_bf16a, cuda_bf16a_ops), and engine/cuda/cuda_backend.cu defines one bf16 ops table and one
    Backend of PRECISION_BF16 (what a table says is BackendOps.bf16_activations: whether its ops take 2-byte ones).
+7. The paths that carry buffers between the model and the outside (the optimiser, the parameter table and the
+   checkpoint, the executors, the pipeline's and the collectives' transport: engine/*.c, runtime/{train,pipeline,comm}/)
+   make no float* from a byte offset, from a cast of a 2-byte or untyped pointer, or under a 2-byte name.
 The script first proves on texts of its own that each rule fails what it should and passes a clean text, so a
 broken pattern cannot pass. Exit 0: clean; 1: a finding (printed)."""
 import os
@@ -235,6 +238,46 @@ def storage_files(src):
                     yield os.path.join(dirpath, n)
 
 
+# 7. The paths that carry buffers between the model and the outside (the optimiser, the parameter table and the
+#    checkpoint, the executors, the pipeline's and the collectives' transport: engine/*.c, runtime/{train,pipeline,
+#    comm}/) move f32 words as float* and other bytes as void* or a typed pointer: no float* made from a byte offset,
+#    from a cast of a 2-byte or untyped pointer ((float*)(void*)p, (float*)(uint16_t*)p), or declared with a 2-byte
+#    name (float* grad16): a 2-byte buffer would then travel as float* again, "only an address".
+TRANSPORT_DIRS = ("engine", os.path.join("runtime", "train"), os.path.join("runtime", "pipeline"),
+                  os.path.join("runtime", "comm"))
+TRANSPORT_RULES = [
+    (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*\(\s*\(\s*(const\s+)?(char|u?int8_t|unsigned char)\s*\*\s*\)"),
+     "a float* computed from a byte offset (f32 words are addressed as float*; other bytes stay void* or typed)"),
+    (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*\(\s*(const\s+)?(void|u?int16_t|__nv_bfloat16)\s*\*\s*\)"),
+     "a float* made by casting a 2-byte or untyped pointer (the \"only an address\" idiom)"),
+    (re.compile(r"\bfloat\s*\*\s*(const\s+)?\w*(16|_b16|_bf16)\b"), "a float* with a 2-byte name (take uint16_t* or a Buf)"),
+]
+
+
+def transport_files(src):
+    for d in TRANSPORT_DIRS:
+        root = os.path.join(src, d)
+        for dirpath, _, names in os.walk(root):
+            if d == "engine" and dirpath != root:
+                continue  # engine/cpu and engine/cuda: the ops themselves (rules 1, 2 and 4)
+            for n in sorted(names):
+                if n.endswith((".c", ".h")):
+                    yield os.path.join(dirpath, n)
+
+
+def transport_self_check():
+    clean = ("float* h = mallocCheck(n * sizeof(float));\nfloat* st = (float*)c->stg + p;\n"
+             "uint16_t* w = (uint16_t*)((char*)base + off);\nvoid* p = (char*)dst + off;\nconst float* g = grad + o;\n")
+    if rule_findings("x.c", clean, TRANSPORT_RULES):
+        return "the transport scan flags clean code: %s" % rule_findings("x.c", clean, TRANSPORT_RULES)
+    for bad in ("float* x = (float*)((char*)base + off);", "return (const float*)((const uint8_t*)p + i);",
+                "send((const float*)(const void*)act, n);", "float* v = (float *)(uint16_t*)copy;",
+                "static void put(float* grad16, size_t n);", "const float *act_bf16 = a->x;"):
+        if not rule_findings("x.c", clean + bad, TRANSPORT_RULES):
+            return "the transport scan misses: %s" % bad
+    return None
+
+
 def model_findings(path, text):
     return rule_findings(path, strip_comments(text), MODEL_RULES)
 
@@ -370,6 +413,17 @@ def main():
     for rel in TYPED_BACKEND_FILES:
         with open(os.path.join(src, rel), encoding="utf-8") as f:
             findings += backend_findings(rel, f.read())
+    why = transport_self_check()
+    if why:
+        print("FAIL (self-check): " + why)
+        return 1
+    nt = 0
+    for path in transport_files(src):
+        nt += 1
+        with open(path, encoding="utf-8") as f:
+            findings += rule_findings(os.path.relpath(path, src), strip_comments(f.read()), TRANSPORT_RULES)
+    if nt == 0:
+        findings.append("no optimiser, checkpoint or transport source found under %s (engine/, runtime/train/, ...)" % src)
     n = 0
     for path in model_files(src):
         n += 1

@@ -100,13 +100,6 @@ rrfp_emu_executable(rrfp-bench-gpu-bw-emu bench/gpu_bw_bench.c)
 rrfp_emu_executable(test_traffic tests/engine/cuda/test_traffic.c)
 add_test(NAME cuda_emu_traffic COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "traffic: ok" $<TARGET_FILE:test_traffic>)
 set_tests_properties(cuda_emu_traffic PROPERTIES TIMEOUT 300)
-# Two ranks on one GPU: a pp 2 `rrfp-mm train` of two processes sharing the device (MPI transport), stopped and
-# resumed, against the CPU backend's one process (tests/runtime/train/train_gpu_one_device.sh); skipped without a
-# device
-add_test(NAME train_gpu_pp2_one_device
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_gpu_one_device.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_gpu_pp2_one_device ${RRFP_MPIRUN})
-set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 
 # The multi-tensor AdamW (BackendOps.adamw_multi: every tensor of a stage in one launch) bitwise against the
 # per-tensor one, and its launches (tests/engine/cuda/test_adamw_multi.c), strict

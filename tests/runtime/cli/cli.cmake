@@ -23,6 +23,11 @@ set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
 # under that layout and in one process (~12 s)
 rrfp_cli_py_test(hostile_inputs_pp tests/runtime/cli/hostile_inputs.py pp)
 set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# import llava / import clip / export hf under the same rules: every vision_config / text_config number,
+# vision_feature_layer, image_token_index; the index; NaN weights; 5..8-dim tensors; FIFOs and /dev/zero
+# where a file belongs; --out paths with quotes and spaces, inside the input, existing or dangling (~10 s)
+rrfp_cli_py_test(hostile_llava tests/runtime/cli/hostile_inputs.py llava)
+set_tests_properties(hostile_llava PROPERTIES TIMEOUT 300)
 # arguments and files that once gave a wrong answer with exit 0, each now refused with a message (or answered right)
 add_test(NAME silent_answers
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "silent answers: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/cli/silent_answers.sh

@@ -53,11 +53,6 @@ add_test(NAME export_hf_layout_pp2tp2_lm_variants
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/export_hf_layout_lm_variants
                  ${lm_variant_sets})
 set_tests_properties(export_hf_layout_pp2tp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 300)
-# import llava / import clip / export hf under the same rules: every vision_config / text_config number,
-# vision_feature_layer, image_token_index; the index; NaN weights; 5..8-dim tensors; FIFOs and /dev/zero
-# where a file belongs; --out paths with quotes and spaces, inside the input, existing or dangling (~10 s)
-rrfp_cli_py_test(hostile_llava tests/runtime/cli/hostile_inputs.py llava)
-set_tests_properties(hostile_llava PROPERTIES TIMEOUT 300)
 # LoRA out and in (runtime/hf/lora_hf.h): the merged export against W + (alpha/r) B A in float64 and its logits against
 # the unmerged checkpoint's; export hf --adapter read back by hand (PEFT's names, config, F32, values); import lora of it
 # onto the imported base: the checkpoint's tensors bit for bit and the next step's loss; refusals naming the key; a

@@ -49,7 +49,7 @@
 #define TRAIN_STEPS 3
 #define CLIP_NORM 0.5 /* small enough that clipping engages on some steps of this tiny model */
 
-/* The step end on each stage's own backend, as the trainer does (runtime/trainer.c). */
+/* The step end on each stage's own backend, as the trainer does (runtime/train/trainer.c). */
 static Comm* test_world;
 static double stages_sum_squares(Stage** st, int n) {
     double s = 0;

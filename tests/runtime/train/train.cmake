@@ -579,3 +579,11 @@ add_test(NAME train_tower_stages
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tower stages: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/tower_stages.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_tower_stages)
 set_tests_properties(train_tower_stages PROPERTIES LABELS mpi TIMEOUT 300)
+
+# Two ranks on one GPU: a pp 2 `rrfp-mm train` of two processes sharing the device (MPI transport), stopped and
+# resumed, against the CPU backend's one process; skipped without a
+# device
+add_test(NAME train_gpu_pp2_one_device
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_gpu_one_device.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_gpu_pp2_one_device ${RRFP_MPIRUN})
+set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -355,7 +355,7 @@ extern "C" void emu_op_counts(long* out);
 extern "C" long long emu_blas_flops(void);
 
 /* how device memory is closed to host code: "pkey" (protection keys), "mprotect", or "off" (RR_EMU_PROTECT=0);
- * tests/engine/cuda/test_emu_protect.c */
+ * tests/engine/cuda/test_emu_checks.c (its protect mode) */
 extern "C" const char* emu_protect_mode(void);
 
 /* statistics of the emulation (for the test's summary line) */
