@@ -15,7 +15,9 @@
 # pp x tp 2 x dp 2 with parallel.zero, bitwise tp 2 (x dp 2) alone; interleaved virtual stages (parallel.chunks = 2,
 # interleaved-1f1b and zbv's V) alone, with dp 2 and zero, with tp 2. A last stage holding the
 # head alone (pp 3, parallel.layers = 1,1,0 fixed 1f1b; 0,2,0 with tower blocks 2,1,0 under zb-h1): the same checks,
-# its file holds the final norm and the head and no LM block; a middle stage with no LM layer is refused.
+# its file holds the final norm and the head and no LM block; with tp 2 (each TP rank's file its slice of the head) and
+# with dp 2 and parallel.zero (pp 2, parallel.layers = 2,0), bitwise tp 2 and dp 2 alone; a middle stage with no LM
+# layer is refused.
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -192,6 +194,22 @@ grep -q "layers 0,2,0 (parallel.layers), tower blocks \[0,2) \[2,3) - (parallel.
     || { grep pipeline "$W/headtw3.log"; fail "headtw3: the log does not name the split"; }
 [ "$(texts headtw3 2)" = "text.lm_head text.norm " ] || fail "headtw3 rank 2 holds: $(texts headtw3 2)"
 same one headtw3
+# with tensor and data parallelism (pp 2, parallel.layers = 2,0): each TP rank of the head-only stage holds its slice of
+# the head (the final norm replicated: TP rank 0's file holds it), bitwise tp 2 alone; with dp 2 and parallel.zero (the
+# head-only stage's optimiser state sharded too) bitwise dp 2 alone
+held() { # held RUN FILE: the tensors of the rank's checkpoint file, with their shapes
+    "$BIN" tensors ls "$W/$1/$CK" 2>&1 | awk -v f="/model.$2.safetensors" '/^#/ { on = index($0, f) > 0; next } on { printf "%s%s ", $1, $3 $4 }'
+}
+H2=(--set parallel.pp=2 --set parallel.layers=2,0)
+split0() { grep -q "layers 2,0 (parallel.layers)$" "$W/$1.log" || { grep pipeline "$W/$1.log"; fail "$1: no split"; }; }
+leg ht2 ht2 4 "${TP[@]}" "${H2[@]}" && split0 ht2
+[ "$(held ht2 pp1tp0c0)" = "text.norm.weight[64] text.lm_head.weight[32,64] " ] || fail "ht2 TP rank 0 of stage 1 holds: $(held ht2 pp1tp0c0)"
+[ "$(held ht2 pp1tp1c0)" = "text.lm_head.weight[32,64] " ] || fail "ht2 TP rank 1 of stage 1 holds: $(held ht2 pp1tp1c0)"
+same tp2 ht2
+leg hz2 hz2 4 "${DP[@]}" "${H2[@]}" "${ZERO[@]}" && split0 hz2
+grep -q "distributed optimizer: 2 replicas" "$W/hz2.log" || fail "hz2: no distributed optimizer"
+[ "$(held hz2 pp1c0)" = "text.norm.weight[64] text.lm_head.weight[64,64] " ] || fail "hz2 stage 1 holds: $(held hz2 pp1c0)"
+same dp2 hz2
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=1,0,1 --dry-run >"$W/mid.log" 2>&1 \
     && fail "a middle stage with no LM layer was accepted"
 grep -q "parallel.layers = 1,0,1: stage 1 holds no LM layer" "$W/mid.log" || { cat "$W/mid.log"; fail "middle stage message"; }
