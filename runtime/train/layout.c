@@ -632,9 +632,12 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
             char need[32], what[160];
             train_fmt_bytes(need, sizeof need, b.total);
             budget_what(r, what, sizeof what);
+            TrainRankBytes bl; /* the LM split with the tower on stage 0: it fits, unless the run is refused anyway */
+            split_largest_tower(r, mc, layers, NULL, &bl);
             if (note_len)
-                snprintf(note, note_len, "the cost model's tower split is not run: with it rank %d needs %s, over %s (the "
-                         "LM split with the tower on stage 0 fits)", worst, need, what);
+                snprintf(note, note_len, "the cost model's tower split is not run: with it rank %d needs %s, over %s (%s)",
+                         worst, need, what, bl.total <= budget_bytes(r) ? "the LM split with the tower on stage 0 fits"
+                                                                        : "no split fits");
             for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
             rc = 0;
         }

@@ -179,6 +179,23 @@ dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runti
 grep -q "^tower blocks per virtual stage: 2,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "auto: not the chain's split"; }
 dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.01 --set parallel.tower_split=off \
     && fail "the LM split with the tower on stage 0 fitted: the auto case above tests nothing"
+# and keeps the tower on stage 0 where the chain's split is over the budget and the LM split fits: a 4096-word vocabulary
+# (the embedding and the head: large, but nearly free on the cost model) with 4 tower blocks of width 96 and one microbatch
+# in flight. The chain's split (LM 0,3, tower 3,1) puts every LM layer, the embedding and the head on rank 1: 20.6 MiB,
+# over 0.019 GiB (19.5 MiB); the LM split 1,2 with the tower on rank 0 needs 18.6 MiB. The dry run and the trainer's log
+# say why, and the trainer runs the LM split
+SG=(--set model.vision_layers=4 --set model.vision_width=96 --set model.text_width=32 --set model.text_layers=3 --set model.ffn_hidden=86
+    --set model.vocab=4096 --set data.microbatches=1 --set data.max_patches=16 --set parallel.partition=balance --set parallel.pp=2
+    --set parallel.tower_split=auto)
+dry "${SG[@]}" || { cat "$W/dry.log"; fail "safeguard: no budget"; }
+grep -q "^tower blocks per virtual stage: 3,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "safeguard: the chain's split is not 3,1"; }
+NOTE="the cost model's tower split is not run: with it rank 1 needs 20.6 MiB, over runtime.memory_budget = 0.019 GiB (the LM split with the tower on stage 0 fits)"
+dry "${SG[@]}" --set runtime.memory_budget=0.019 || { cat "$W/dry.log"; fail "safeguard: refused"; }
+grep -q "^LM layers per virtual stage: 1,2 (cost-balanced)" "$W/dry.log" && grep -qxF "$NOTE" "$W/dry.log" \
+    && ! grep -q "^tower blocks per virtual stage" "$W/dry.log" || { cat "$W/dry.log"; fail "safeguard: the dry run"; }
+$MPI -np 2 "$BIN" train "$R" "${COMMON[@]}" "${SG[@]}" --set runtime.memory_budget=0.019 --set train.steps=1 --set parallel.mode=ready \
+    --set train.run_dir="$W/sg" >"$W/sg.log" 2>&1 || { cat "$W/sg.log"; fail "safeguard: the run"; }
+grep -qF "layers 1,2 (cost model); $NOTE" "$W/sg.log" || { grep pipeline "$W/sg.log"; fail "safeguard: the log"; }
 
 # a head-only last stage (the final norm, the LM head and the loss alone: parallel.layers ending in 0), without and with
 # the tower over stages; its checkpoint file holds the head and no LM block, the stage before it no head
