@@ -179,6 +179,22 @@ dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runti
 grep -q "^tower blocks per virtual stage: 2,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "auto: not the chain's split"; }
 dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.01 --set parallel.tower_split=off \
     && fail "the LM split with the tower on stage 0 fitted: the auto case above tests nothing"
+# the memory refit searches the chain too (parallel.tower_split = auto): at 0.008 GiB (8.2 MiB) neither an LM split with the
+# tower on stage 0 (1,1: 14.1 MiB on rank 0; 2,0 more) nor the cost model's split of the chain (tower 2,1: 8.9 MiB on rank
+# 0) fits, the chain's split with one tower block on rank 0 (tower 1,2: 7.5 MiB on rank 1) does. The dry run names it and
+# what the cost model's split needed, parallel.tower_split = off is refused suggesting auto, and the trainer runs it
+# bitwise one process
+FIT="memory-fitted: the cost model's tower split: LM 0,2, tower 2,1 needs 8.9 MiB on rank 0, over runtime.memory_budget = 0.008 GiB"
+dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runtime.memory_budget=0.008 || { cat "$W/dry.log"; fail "refit: refused"; }
+grep -qF "tower blocks per virtual stage: 1,2 ($FIT;" "$W/dry.log" || { cat "$W/dry.log"; fail "refit: not the fitted chain's split"; }
+dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.008 && fail "refit: an LM split fitted: the case above tests nothing"
+grep -q "no split of the LM layers fits; changes that fit: --set parallel.tower_split=auto;" "$W/dry.log" \
+    || { cat "$W/dry.log"; fail "refit: tower_split = off does not suggest auto"; }
+$MPI -np 2 "$BIN" train "$R" "${COMMON[@]}" "${AUTO[@]}" --set train.run_dir="$W/autofit" --set parallel.pp=2 --set parallel.tower_split=auto \
+    --set runtime.memory_budget=0.008 --set parallel.mode=ready >"$W/autofit.log" 2>&1 || { cat "$W/autofit.log"; fail "autofit"; }
+grep -qF "layers 0,2 (cost model), tower blocks [0,1) [1,3) ($FIT)" "$W/autofit.log" \
+    || { grep pipeline "$W/autofit.log"; fail "autofit: the log does not name the fitted split"; }
+same auto autofit
 # and keeps the tower on stage 0 where the chain's split is over the budget and the LM split fits: a 4096-word vocabulary
 # (the embedding and the head: large, but nearly free on the cost model) with 4 tower blocks of width 96 and one microbatch
 # in flight. The chain's split (LM 0,3, tower 3,1) puts every LM layer, the embedding and the head on rank 1: 20.6 MiB,
