@@ -472,13 +472,14 @@ static int split_fit_chain(const Recipe* r, const ModelConfig* mc, int* lw, int*
     double* c = mallocCheck((size_t)S * sizeof(double));
     double best = 1e300, best_ss = 1e300;
     int found = -1;
-    /* one candidate split (l, t) against the best so far, by partition_auto_tower_path's measure */
+    /* one candidate split (l, t) against the best so far, by partition_auto_tower_path's measure: one moving tower blocks
+     * replaces the LM split only where it is shorter (ties keep the tower on stage 0, as partition_auto_tower_path) */
 #define CHAIN_TAKE(moved)                                                                                                \
     do {                                                                                                                 \
         partition_stage_costs_tower(S, t, l, pc, pt, c);                                                                 \
         double mx = partition_stage_paths(S, c, pm, NULL), ss = 0;                                                       \
         for (int s_ = 0; s_ < S; s_++) ss += c[s_] * c[s_];                                                              \
-        if (mx < best * (1.0 - 1e-9) || (mx <= best * (1.0 + 1e-9) && ss < best_ss * (1.0 - 1e-12))) {                  \
+        if (mx < best * (1.0 - 1e-9) || (mx <= best * (1.0 + 1e-9) && found == (moved) && ss < best_ss * (1.0 - 1e-12))) { \
             best = mx, best_ss = ss, found = (moved);                                                                    \
             memcpy(lw, l, (size_t)S * sizeof(int)), memcpy(tw, t, (size_t)S * sizeof(int));                              \
         }                                                                                                                \
@@ -513,7 +514,8 @@ static int split_fit_chain(const Recipe* r, const ModelConfig* mc, int* lw, int*
             CHAIN_TAKE(1);
         }
 #undef CHAIN_TAKE
-    free(f.tmemo), free(f.lmemo), free(f.fmemo), free(f.hmemo), free(f.thave), free(f.lhave), free(f.fhave), free(f.hhave), free(f.fail);
+    free(f.tmemo), free(f.lmemo), free(f.fmemo), free(f.hmemo);
+    free(f.thave), free(f.lhave), free(f.fhave), free(f.hhave), free(f.fail);
     free(l), free(t), free(c);
     return found;
 }

@@ -579,3 +579,8 @@ add_test(NAME train_tower_stages
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tower stages: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/tower_stages.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_tower_stages)
 set_tests_properties(train_tower_stages PROPERTIES LABELS mpi TIMEOUT 300)
+
+# The memory refit over the tower-and-LM chain (parallel.tower_split = auto) against every split of small models.
+add_executable(test_layout_fit tests/runtime/train/test_layout_fit.c)
+target_link_libraries(test_layout_fit PRIVATE rrfp_core)
+add_test(NAME layout_fit_chain COMMAND test_layout_fit ${CMAKE_SOURCE_DIR})
