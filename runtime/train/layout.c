@@ -2,6 +2,7 @@
  * LM layer split over the virtual pipeline stages (the trainer and --dry-run take it from here, so
  * they cannot disagree), and the dry run's parameter and memory table. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,6 +347,8 @@ static int split_largest(const Recipe* r, const ModelConfig* mc, const int* laye
     return worst;
 }
 
+static int tower_only_cap(const ModelConfig* c);
+
 /* partition_auto_fit's test, for one pipeline rank per virtual stage (chunks = 1): stage s is rank s, and its
  * stage bytes depend only on its layer range (memoised over (l0, l1)). */
 typedef struct {
@@ -387,6 +390,136 @@ static int split_fit(const Recipe* r, const ModelConfig* mc, int* layers) {
     return rc;
 }
 
+/* The memory refit over the chain [tower blocks][LM blocks] (parallel.tower_split = auto, chunks = 1): of the splits
+ * whose every rank fits the budget, the one with the least max stage cost or path (split_path_mb; of those the least
+ * sum of squared stage costs), as partition_auto_tower_path measures them. A split that moves tower blocks has tower-only
+ * stages [0, s0) holding blocks [0, Lv - rb) (at most tower_only_cap, one or more each) and stage s0 the last rb blocks
+ * with LM layer 0. For each (s0, rb) the two parts are split apart by partition_auto_path with the budget as its fits:
+ * the tower-only stages as uniform blocks (the patch embedding the first stage's extra), the LM stages as the LM split
+ * with the rb blocks (and the rest of the tower's stage: projector, embedding) as stage s0's extra. The parts' maxima
+ * are independent (a path adds 1/M of every earlier stage's cost: for the LM stages the tower-only stages' total, the
+ * same for each), so the best of each part gives the best max for the pair; s0 = 0 is split_fit's LM split. Each stage's
+ * bytes as rank_bytes_split_tower counts them, memoised by range. */
+typedef struct {
+    const Recipe* r;
+    const ModelConfig* mc;
+    double budget;
+    int s0, rb, S;
+    StageBytes *tmemo, *lmemo, *fmemo; /* tower-only [b0, b1); LM [l0, l1) with l0 > 0; stage s0: (rb, LM layers) */
+    StageBytes* hmemo;                 /* [l0, Lt) before a head-only last stage: stage s0 by rb, then by l0 > 0 */
+    unsigned char *thave, *lhave, *fhave, *hhave;
+    int* fail; /* by range start and stage: the fewest blocks found over the budget (a stage's bytes grow with its range) */
+} ChainFit;
+
+/* whether stage s fits with bytes sb; key: the range's family and start (a tower-only stage's first block; stage s0's
+ * tower blocks; an LM stage's first layer), head: the range holds the head (larger than the range without it, so its
+ * failure says nothing of that one's) */
+static int chain_fits_bytes(const ChainFit* f, int key, int s, const StageBytes* sb, int k, int head) {
+    TrainRankBytes b;
+    rank_bytes_of(f->r, sb, rank_inflight(f->r, s), k, &b);
+    int ok = b.total <= f->budget;
+    if (!ok && !head && k < f->fail[(size_t)key * (size_t)f->S + (size_t)s]) f->fail[(size_t)key * (size_t)f->S + (size_t)s] = k;
+    return ok;
+}
+
+/* the range of k blocks from the start `key` on stage s is known over the budget: a shorter one from there was */
+static int chain_known_over(const ChainFit* f, int key, int s, int k) {
+    return k >= f->fail[(size_t)key * (size_t)f->S + (size_t)s];
+}
+
+static int chain_tower_fits(void* v, int s, int b0, int k) { /* tower-only stage s: blocks [b0, b0 + k) */
+    ChainFit* f = v;
+    if (k < 1 || chain_known_over(f, b0, s, k)) return 0;
+    size_t i = (size_t)b0 * (size_t)(f->mc->Lv + 1) + (size_t)(b0 + k);
+    if (!f->thave[i]) stage_bytes_tower(f->r, f->mc, 0, 0, b0, b0 + k, &f->tmemo[i]), f->thave[i] = 1;
+    return chain_fits_bytes(f, b0, s, &f->tmemo[i], k, 0);
+}
+
+static int chain_lm_fits(void* v, int s, int l0, int k) { /* stage s0 + s: LM layers [l0, l0 + k) */
+    ChainFit* f = v;
+    int g = f->s0 + s, Lt = f->mc->Lt, Lv = f->mc->Lv, head = g == f->S - 1;
+    if (k < 1 && (s == 0 || !head)) return 0; /* stage s0 holds LM layer 0; only the last may hold the head alone */
+    if (head && l0 + k < Lt) return 0;        /* the last stage ends at the last LM layer (the memo: no head below it) */
+    int key = l0 == 0 ? Lv + 1 + f->rb : 2 * (Lv + 1) + l0; /* stage s0 by its tower blocks, the others by l0 */
+    if (chain_known_over(f, key, g, k)) return 0;
+    StageBytes* sb;
+    if (l0 + k == Lt && !head) { /* a head-only last stage follows: this one holds no head */
+        size_t i = l0 == 0 ? (size_t)f->rb : (size_t)(Lv + 1) + (size_t)l0;
+        if (!f->hhave[i])
+            stage_bytes_head(f->r, f->mc, l0, Lt, l0 == 0 ? Lv - f->rb : 0, l0 == 0 ? Lv : 0, 0, &f->hmemo[i]), f->hhave[i] = 1;
+        sb = &f->hmemo[i];
+    } else if (l0 == 0) {
+        size_t i = (size_t)f->rb * (size_t)(Lt + 1) + (size_t)k;
+        if (!f->fhave[i]) stage_bytes_head(f->r, f->mc, 0, k, Lv - f->rb, Lv, head, &f->fmemo[i]), f->fhave[i] = 1;
+        sb = &f->fmemo[i];
+    } else {
+        size_t i = (size_t)l0 * (size_t)(Lt + 1) + (size_t)(l0 + k);
+        if (!f->lhave[i]) stage_bytes_head(f->r, f->mc, l0, l0 + k, 0, 0, head, &f->lmemo[i]), f->lhave[i] = 1;
+        sb = &f->lmemo[i];
+    }
+    return chain_fits_bytes(f, key, g, sb, k, head);
+}
+
+/* 1 with a fitting split that moves tower blocks (lw, tw set) and is shorter than every fitting LM split with the tower
+ * on stage 0; 0 where such an LM split is the best (lw set, tw = Lv, 0, ...); -1 where none fits or the search does not
+ * apply (parallel.chunks > 1, past SPLIT_FIT_MAX_LAYERS LM layers or tower blocks). */
+static int split_fit_chain(const Recipe* r, const ModelConfig* mc, int* lw, int* tw) {
+    int S = r->pp, Lv = mc->Lv, Lt = mc->Lt, pm = split_path_mb(r), cap = tower_only_cap(mc);
+    if (r->chunks != 1 || Lt > SPLIT_FIT_MAX_LAYERS || Lv > SPLIT_FIT_MAX_LAYERS) return -1;
+    PartitionCost pc = split_cost(r, mc);
+    PartitionTower pt = split_tower(r, mc);
+    int *l = mallocCheck((size_t)S * sizeof(int)), *t = mallocCheck((size_t)S * sizeof(int));
+    double* c = mallocCheck((size_t)S * sizeof(double));
+    double best = 1e300, best_ss = 1e300;
+    int found = -1;
+    /* one candidate split (l, t) against the best so far, by partition_auto_tower_path's measure: one moving tower blocks
+     * replaces the LM split only where it is shorter (ties keep the tower on stage 0, as partition_auto_tower_path) */
+#define CHAIN_TAKE(moved)                                                                                                \
+    do {                                                                                                                 \
+        partition_stage_costs_tower(S, t, l, pc, pt, c);                                                                 \
+        double mx = partition_stage_paths(S, c, pm, NULL), ss = 0;                                                       \
+        for (int s_ = 0; s_ < S; s_++) ss += c[s_] * c[s_];                                                              \
+        if (mx < best * (1.0 - 1e-9) || (mx <= best * (1.0 + 1e-9) && found == (moved) && ss < best_ss * (1.0 - 1e-12))) { \
+            best = mx, best_ss = ss, found = (moved);                                                                    \
+            memcpy(lw, l, (size_t)S * sizeof(int)), memcpy(tw, t, (size_t)S * sizeof(int));                              \
+        }                                                                                                                \
+    } while (0)
+    if (split_fit(r, mc, l) == 0) { /* s0 = 0: the LM split with the tower on stage 0 */
+        for (int s = 0; s < S; s++) t[s] = s ? 0 : Lv;
+        CHAIN_TAKE(0);
+    }
+    size_t nt = (size_t)(Lv + 1) * (size_t)(Lv + 1), nl = (size_t)(Lt + 1) * (size_t)(Lt + 1);
+    size_t nf = (size_t)(Lv + 1) * (size_t)(Lt + 1);
+    size_t nh = (size_t)(Lv + 1) + (size_t)(Lt + 1);
+    ChainFit f = {r, mc, budget_bytes(r), 0, 0, S, mallocCheck(nt * sizeof(StageBytes)), mallocCheck(nl * sizeof(StageBytes)),
+                  mallocCheck(nf * sizeof(StageBytes)), mallocCheck(nh * sizeof(StageBytes)), callocCheck(nt, 1),
+                  callocCheck(nl, 1), callocCheck(nf, 1), callocCheck(nh, 1), NULL};
+    size_t nk = (size_t)(2 * (Lv + 1) + Lt + 1) * (size_t)S;
+    f.fail = mallocCheck(nk * sizeof(int));
+    for (size_t i = 0; i < nk; i++) f.fail[i] = INT_MAX;
+    for (int s0 = 1; s0 < S && s0 <= cap; s0++)
+        for (int rb = Lv - cap; rb <= Lv - s0; rb++) {
+            f.s0 = s0, f.rb = rb;
+            /* the tower-only stages: blocks [0, Lv - rb), the patch embedding with block 0 */
+            PartitionCost tc = {pt.in, 0, pt.layer};
+            if (partition_auto_path(Lv - rb, s0, tc, pm, chain_tower_fits, &f, t) != 0) continue;
+            /* the LM stages: stage s0 holds the last rb tower blocks and the rest of the tower's stage as its extra */
+            PartitionCost lc = pc;
+            lc.first_extra = pc.first_extra - pt.in - (Lv - rb) * pt.layer;
+            if (partition_auto_path(Lt, S - s0, lc, pm, chain_lm_fits, &f, l + s0) != 0) continue;
+            for (int s = 0; s < S; s++) {
+                if (s < s0) l[s] = 0;
+                else t[s] = s == s0 ? rb : 0;
+            }
+            CHAIN_TAKE(1);
+        }
+#undef CHAIN_TAKE
+    free(f.tmemo), free(f.lmemo), free(f.fmemo), free(f.hmemo);
+    free(f.thave), free(f.lhave), free(f.fhave), free(f.hhave), free(f.fail);
+    free(l), free(t), free(c);
+    return found;
+}
+
 /* A changed layout (a copy of the recipe) is valid and fits the budget. */
 static int layout_fits(Recipe* r, const ModelConfig* mc) {
     char e[1024];
@@ -414,6 +547,14 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
         t = *r;
         t.zero = 1;
         if (layout_fits(&t, mc)) SUGGEST("--set parallel.zero=1");
+    }
+    if (strcmp(r->tower_split, "auto") && !r->layers[0] && !r->tower_layers[0] && mc->Lv > 0) {
+        /* the tower's blocks over stages (split_fit_chain: a fitting split that moves them) */
+        int *lw = mallocCheck((size_t)r->pp * sizeof(int)), *tw = mallocCheck((size_t)r->pp * sizeof(int));
+        t = *r;
+        snprintf(t.tower_split, sizeof t.tower_split, "auto");
+        if (split_fit_chain(&t, mc, lw, tw) == 1) SUGGEST("%s--set parallel.tower_split=auto", len ? "; " : "");
+        free(lw), free(tw);
     }
     /* then activation recompute: the layout and the training numbers stay, the backward re-runs forwards */
     static const char* const recompute_modes[] = {"selective", "full"};
@@ -491,6 +632,7 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
         TrainRankBytes bt;
         int fits = auto_tower_split(r, c, lw, tw, why, sizeof why) == 1 &&
                    (split_largest_tower(r, c, lw, tw, &bt), bt.total <= budget_bytes(r));
+        if (!fits) fits = split_fit_chain(r, c, lw, tw) == 1; /* else a fitting split moving tower blocks: the refit's */
         free(lw);
         free(tw);
         if (fits) return 0;
@@ -522,6 +664,8 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
              : r->layers[0] ? " with parallel.layers as given"
              : r->chunks > 1 ? " and no other split is searched with parallel.chunks > 1"
              : c->Lt > SPLIT_FIT_MAX_LAYERS ? " and no other split is searched past 128 LM layers (give parallel.layers)"
+             : !strcmp(r->tower_split, "auto") && c->Lv > 0 && !r->tower_layers[0]
+                 ? " and no split of the LM layers, nor of the tower blocks and LM layers (parallel.tower_split = auto), fits"
                              : " and no split of the LM layers fits",
              fix);
     return -1;
@@ -625,23 +769,47 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
     int* lw = mallocCheck((size_t)S * sizeof(int));
     int rc = auto_tower_split(r, mc, lw, tower, why, sizeof why);
     if (rc == 0 && why[0] && note_len) snprintf(note, note_len, "the cost model's tower split is not run: %s", why);
-    if (rc == 1 && train_budget_gib(r) > 0) { /* the memory budget: the chain's split runs where every rank fits */
+    int fitted = 0;
+    if (rc >= 0 && train_budget_gib(r) > 0) {
+        /* the memory budget: the chain's split (or, where it does not pay, the LM split with the tower on stage 0) runs
+         * where every rank fits; else the refit over the chain (split_fit_chain) takes the shortest split that fits,
+         * one moving tower blocks where that is shorter than every fitting LM split, otherwise the LM split (its
+         * layers from train_layer_split's refit) with the tower on stage 0 */
         TrainRankBytes b;
-        int worst = split_largest_tower(r, mc, lw, tower, &b);
+        int worst = split_largest_tower(r, mc, rc == 1 ? lw : layers, rc == 1 ? tower : NULL, &b);
         if (b.total > budget_bytes(r)) {
-            char need[32], what[160];
+            char need[32], what[160], was[256];
             train_fmt_bytes(need, sizeof need, b.total);
             budget_what(r, what, sizeof what);
-            if (note_len)
-                snprintf(note, note_len, "the cost model's tower split is not run: with it rank %d needs %s, over %s (the "
-                         "LM split with the tower on stage 0 fits)", worst, need, what);
-            for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
-            rc = 0;
+            int *fl = mallocCheck((size_t)S * sizeof(int)), *ft = mallocCheck((size_t)S * sizeof(int));
+            size_t o = (size_t)snprintf(was, sizeof was, "%s", rc == 1 ? "the cost model's tower split: LM" : "the LM split");
+            for (int s = 0; s < S && o < sizeof was; s++)
+                o += (size_t)snprintf(was + o, sizeof was - o, "%s%d", s ? "," : " ", rc == 1 ? lw[s] : layers[s]);
+            for (int s = 0; s < S && rc == 1 && o < sizeof was; s++)
+                o += (size_t)snprintf(was + o, sizeof was - o, "%s%d", s ? "," : ", tower ", tower[s]);
+            if (split_fit_chain(r, mc, fl, ft) == 1) {
+                if (note_len)
+                    snprintf(note, note_len, "memory-fitted: %s%s needs %s on rank %d, over %s", was,
+                             rc == 1 ? "" : " with the tower on stage 0", need, worst, what);
+                memcpy(lw, fl, (size_t)S * sizeof(int));
+                memcpy(tower, ft, (size_t)S * sizeof(int));
+                rc = 1, fitted = 1;
+            } else if (rc == 1) {
+                TrainRankBytes bl; /* the LM split with the tower on stage 0: it fits, unless the run is refused anyway */
+                split_largest_tower(r, mc, layers, NULL, &bl);
+                if (note_len)
+                    snprintf(note, note_len, "the cost model's tower split is not run: with it rank %d needs %s, over %s (%s)",
+                             worst, need, what, bl.total <= budget_bytes(r) ? "the LM split with the tower on stage 0 fits"
+                                                                            : "no split fits");
+                for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
+                rc = 0;
+            }
+            free(fl), free(ft);
         }
     }
     if (rc == 1) {
         memcpy(layers, lw, (size_t)S * sizeof(int));
-        if (note_len) snprintf(note, note_len, "parallel.tower_split = auto");
+        if (note_len && !fitted) snprintf(note, note_len, "parallel.tower_split = auto");
     }
     free(lw);
     return rc == 1;

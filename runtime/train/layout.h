@@ -20,7 +20,8 @@ int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len);
 int train_layer_split(const Recipe* r, const ModelConfig* mc, int* layers, char* err, size_t err_len);
 /* The tower over pipeline stages (docs/anyres.md "The tower over stages"), after train_layer_split: tower[S] gets the tower
  * blocks of each virtual stage (parallel.tower_layers, or with parallel.tower_split = auto the cost model's split of
- * the chain, whose LM layers then replace layers[]). Returns 1 when the tower runs over stages (stages before the first
+ * the chain, whose LM layers then replace layers[]; under a memory budget it does not meet, the refit's split of the
+ * chain where one moving tower blocks fits and is the shortest). Returns 1 when the tower runs over stages (stages before the first
  * with LM layers hold tower blocks alone: Stage.tower_only), 0 when it stays on stage 0 (tower = Lv, 0, ...; note may
  * say why the cost model's split is not run), -1 with a message (a split that does not exist). */
 int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* tower, char* note, size_t note_len, char* err,

@@ -30,6 +30,7 @@ set(RRFP_ASAN_TESTS
     model_bad_target model_bad_grid model_bad_pos model_bad_overlap
     tp_split tp_init tp_ce tp_lm tp_vit tp_proj tp_embed partition sched_core trace_writer tokenizer_unit attention_table
     report_unit safetensors_selftest checkpoint_unit recipe_unit data_packing_quality vit_lora_fd
+    layout_fit_chain
     # input handling and the command line
     data_roundtrip data_pack_errors data_anyres_ref data_anyres_pillow tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
     recipe_cli_bad_key recipe_cli_bad_set recipe_print_roundtrip recipe_dry_run_7b tensors_diff sched_cli trace_steps

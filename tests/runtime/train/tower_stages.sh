@@ -15,7 +15,9 @@
 # pp x tp 2 x dp 2 with parallel.zero, bitwise tp 2 (x dp 2) alone; interleaved virtual stages (parallel.chunks = 2,
 # interleaved-1f1b and zbv's V) alone, with dp 2 and zero, with tp 2. A last stage holding the
 # head alone (pp 3, parallel.layers = 1,1,0 fixed 1f1b; 0,2,0 with tower blocks 2,1,0 under zb-h1): the same checks,
-# its file holds the final norm and the head and no LM block; a middle stage with no LM layer is refused.
+# its file holds the final norm and the head and no LM block; with tp 2 (each TP rank's file its slice of the head) and
+# with dp 2 and parallel.zero (pp 2, parallel.layers = 2,0), bitwise tp 2 and dp 2 alone; a middle stage with no LM
+# layer is refused.
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -177,6 +179,39 @@ dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runti
 grep -q "^tower blocks per virtual stage: 2,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "auto: not the chain's split"; }
 dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.01 --set parallel.tower_split=off \
     && fail "the LM split with the tower on stage 0 fitted: the auto case above tests nothing"
+# the memory refit searches the chain too (parallel.tower_split = auto): at 0.008 GiB (8.2 MiB) neither an LM split with the
+# tower on stage 0 (1,1: 14.1 MiB on rank 0; 2,0 more) nor the cost model's split of the chain (tower 2,1: 8.9 MiB on rank
+# 0) fits, the chain's split with one tower block on rank 0 (tower 1,2: 7.5 MiB on rank 1) does. The dry run names it and
+# what the cost model's split needed, parallel.tower_split = off is refused suggesting auto, and the trainer runs it
+# bitwise one process
+FIT="memory-fitted: the cost model's tower split: LM 0,2, tower 2,1 needs 8.9 MiB on rank 0, over runtime.memory_budget = 0.008 GiB"
+dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runtime.memory_budget=0.008 || { cat "$W/dry.log"; fail "refit: refused"; }
+grep -qF "tower blocks per virtual stage: 1,2 ($FIT;" "$W/dry.log" || { cat "$W/dry.log"; fail "refit: not the fitted chain's split"; }
+dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.008 && fail "refit: an LM split fitted: the case above tests nothing"
+grep -q "no split of the LM layers fits; changes that fit: --set parallel.tower_split=auto;" "$W/dry.log" \
+    || { cat "$W/dry.log"; fail "refit: tower_split = off does not suggest auto"; }
+$MPI -np 2 "$BIN" train "$R" "${COMMON[@]}" "${AUTO[@]}" --set train.run_dir="$W/autofit" --set parallel.pp=2 --set parallel.tower_split=auto \
+    --set runtime.memory_budget=0.008 --set parallel.mode=ready >"$W/autofit.log" 2>&1 || { cat "$W/autofit.log"; fail "autofit"; }
+grep -qF "layers 0,2 (cost model), tower blocks [0,1) [1,3) ($FIT)" "$W/autofit.log" \
+    || { grep pipeline "$W/autofit.log"; fail "autofit: the log does not name the fitted split"; }
+same auto autofit
+# and keeps the tower on stage 0 where the chain's split is over the budget and the LM split fits: a 4096-word vocabulary
+# (the embedding and the head: large, but nearly free on the cost model) with 4 tower blocks of width 96 and one microbatch
+# in flight. The chain's split (LM 0,3, tower 3,1) puts every LM layer, the embedding and the head on rank 1: 20.6 MiB,
+# over 0.019 GiB (19.5 MiB); the LM split 1,2 with the tower on rank 0 needs 18.6 MiB. The dry run and the trainer's log
+# say why, and the trainer runs the LM split
+SG=(--set model.vision_layers=4 --set model.vision_width=96 --set model.text_width=32 --set model.text_layers=3 --set model.ffn_hidden=86
+    --set model.vocab=4096 --set data.microbatches=1 --set data.max_patches=16 --set parallel.partition=balance --set parallel.pp=2
+    --set parallel.tower_split=auto)
+dry "${SG[@]}" || { cat "$W/dry.log"; fail "safeguard: no budget"; }
+grep -q "^tower blocks per virtual stage: 3,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "safeguard: the chain's split is not 3,1"; }
+NOTE="the cost model's tower split is not run: with it rank 1 needs 20.6 MiB, over runtime.memory_budget = 0.019 GiB (the LM split with the tower on stage 0 fits)"
+dry "${SG[@]}" --set runtime.memory_budget=0.019 || { cat "$W/dry.log"; fail "safeguard: refused"; }
+grep -q "^LM layers per virtual stage: 1,2 (cost-balanced)" "$W/dry.log" && grep -qxF "$NOTE" "$W/dry.log" \
+    && ! grep -q "^tower blocks per virtual stage" "$W/dry.log" || { cat "$W/dry.log"; fail "safeguard: the dry run"; }
+$MPI -np 2 "$BIN" train "$R" "${COMMON[@]}" "${SG[@]}" --set runtime.memory_budget=0.019 --set train.steps=1 --set parallel.mode=ready \
+    --set train.run_dir="$W/sg" >"$W/sg.log" 2>&1 || { cat "$W/sg.log"; fail "safeguard: the run"; }
+grep -qF "layers 1,2 (cost model); $NOTE" "$W/sg.log" || { grep pipeline "$W/sg.log"; fail "safeguard: the log"; }
 
 # a head-only last stage (the final norm, the LM head and the loss alone: parallel.layers ending in 0), without and with
 # the tower over stages; its checkpoint file holds the head and no LM block, the stage before it no head
@@ -192,6 +227,22 @@ grep -q "layers 0,2,0 (parallel.layers), tower blocks \[0,2) \[2,3) - (parallel.
     || { grep pipeline "$W/headtw3.log"; fail "headtw3: the log does not name the split"; }
 [ "$(texts headtw3 2)" = "text.lm_head text.norm " ] || fail "headtw3 rank 2 holds: $(texts headtw3 2)"
 same one headtw3
+# with tensor and data parallelism (pp 2, parallel.layers = 2,0): each TP rank of the head-only stage holds its slice of
+# the head (the final norm replicated: TP rank 0's file holds it), bitwise tp 2 alone; with dp 2 and parallel.zero (the
+# head-only stage's optimiser state sharded too) bitwise dp 2 alone
+held() { # held RUN FILE: the tensors of the rank's checkpoint file, with their shapes
+    "$BIN" tensors ls "$W/$1/$CK" 2>&1 | awk -v f="/model.$2.safetensors" '/^#/ { on = index($0, f) > 0; next } on { printf "%s%s ", $1, $3 $4 }'
+}
+H2=(--set parallel.pp=2 --set parallel.layers=2,0)
+split0() { grep -q "layers 2,0 (parallel.layers)$" "$W/$1.log" || { grep pipeline "$W/$1.log"; fail "$1: no split"; }; }
+leg ht2 ht2 4 "${TP[@]}" "${H2[@]}" && split0 ht2
+[ "$(held ht2 pp1tp0c0)" = "text.norm.weight[64] text.lm_head.weight[32,64] " ] || fail "ht2 TP rank 0 of stage 1 holds: $(held ht2 pp1tp0c0)"
+[ "$(held ht2 pp1tp1c0)" = "text.lm_head.weight[32,64] " ] || fail "ht2 TP rank 1 of stage 1 holds: $(held ht2 pp1tp1c0)"
+same tp2 ht2
+leg hz2 hz2 4 "${DP[@]}" "${H2[@]}" "${ZERO[@]}" && split0 hz2
+grep -q "distributed optimizer: 2 replicas" "$W/hz2.log" || fail "hz2: no distributed optimizer"
+[ "$(held hz2 pp1c0)" = "text.norm.weight[64] text.lm_head.weight[64,64] " ] || fail "hz2 stage 1 holds: $(held hz2 pp1c0)"
+same dp2 hz2
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=1,0,1 --dry-run >"$W/mid.log" 2>&1 \
     && fail "a middle stage with no LM layer was accepted"
 grep -q "parallel.layers = 1,0,1: stage 1 holds no LM layer" "$W/mid.log" || { cat "$W/mid.log"; fail "middle stage message"; }

@@ -587,3 +587,8 @@ add_test(NAME train_gpu_pp2_one_device
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_gpu_one_device.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_gpu_pp2_one_device ${RRFP_MPIRUN})
 set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+# The memory refit over the tower-and-LM chain (parallel.tower_split = auto) against every split of small models.
+add_executable(test_layout_fit tests/runtime/train/test_layout_fit.c)
+target_link_libraries(test_layout_fit PRIVATE rrfp_core)
+add_test(NAME layout_fit_chain COMMAND test_layout_fit ${CMAKE_SOURCE_DIR})
