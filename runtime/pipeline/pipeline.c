@@ -74,6 +74,8 @@ struct Pipeline {
     uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
     int look;              /* this step's ranks send start notices (lookahead, or adaptive's choice of it) */
     PpMode step_mode;      /* the mode this step runs under (adaptive: its plan's choice) */
+    PpCap step_cap;        /* the in-flight cap it runs ready under (adaptive: pipeline_plan_order_cap's) */
+    PpCap meas_cap;        /* the cap of the step measured for the learner */
     /* adaptive's learner (sim.h, PpPlanLearn): this rank's measured task durations of the step being run
      * (3, meas_M: kind x microbatch, chunks summed), valid once that step finished (meas_ok), and the
      * plan's predictions for it; the next step's plan shares them over the pipeline group */
@@ -644,15 +646,22 @@ void pipeline_order_costs(const PipelineConfig* cfg, const Microbatch* mbs, int 
  * task costs its work units (tokens, plus patches on each virtual stage that runs tower blocks, plus 1: as
  * task_units) times a fixed weight per kind (pipeline_order_costs); the partition balances the stages, so every
  * stage weighs the same. */
-int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
+int pipeline_plan_order_cap(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm, PpCap* cap) {
     int V = cfg->chunks;
     PpDurations det;
     pipeline_order_costs(cfg, mbs, M, &det);
     double pred[3];
     PpMode mode;
-    int reordered = pp_plan_order(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred, &mode, perm);
+    *cap = cfg->cap;
+    int reordered =
+        pp_plan_order_cap(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), 0, pred, &mode, perm, cap);
     pp_durations_free(&det);
     return reordered;
+}
+
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
+    PpCap cap;
+    return pipeline_plan_order_cap(cfg, mbs, M, perm, &cap);
 }
 
 /* adaptive (sched.h): the step's mode, from a simulation of the step on the estimated durations of
@@ -703,7 +712,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
         for (int r = 0; r < P; r++)
             for (int k = 0; k < (cfg->split ? 3 : 2); k++)
                 memcpy(mm[k] + (size_t)r * Mp, su + n_cost + ((size_t)r * 3 + k) * Mp, sizeof(double) * Mp);
-        pp_plan_learn_observe(&p->learn, &md, cfg->hint, cfg->cap, V, p->meas_pred);
+        pp_plan_learn_observe(&p->learn, &md, cfg->hint, p->meas_cap, V, p->meas_pred);
         pp_durations_free(&md);
     }
     free(su);
@@ -711,7 +720,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     /* the order: a function of the step's microbatches and the configuration alone (pipeline_plan_order);
      * under replay or with cfg.estimate it is kept (their tasks are indexed by the plan's microbatches), and
      * with cfg.keep_order (parallel.reorder = false) */
-    if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order) *reordered = pipeline_plan_order(cfg, mbs, M, perm);
+    /* ... and the in-flight cap, from the same costs (the configured one or tighter) */
+    if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order)
+        *reordered = pipeline_plan_order_cap(cfg, mbs, M, perm, &p->step_cap);
     PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
     est.F = callocCheck((size_t)P * M, sizeof(double));
     est.B = callocCheck((size_t)P * M, sizeof(double));
@@ -738,7 +749,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
         int allow_fixed = !(cfg->act_budget > 0);
-        pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred); /* the step in the order it runs */
+        pp_sim_plan(&est, -1, cfg->hint, p->step_cap, V, allow_fixed, pred); /* the step as it runs */
         *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: the plan's choice */
     }
     /* this step's measurements start empty */
@@ -746,6 +757,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     memset(p->meas, 0, sizeof(double) * 3 * (size_t)M);
     p->meas_M = M;
     for (int i = 0; i < 3; i++) p->meas_pred[i] = pred[i];
+    p->meas_cap = p->step_cap;
     pp_durations_free(&est);
     free(rate);
     return 0;
@@ -790,6 +802,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     int* perm = mallocCheck(sizeof(int) * (size_t)M);
     int reordered = 0;
     for (int m = 0; m < M; m++) perm[m] = m;
+    p->step_cap = cfg->cap; /* adaptive: its plan may take a tighter one (plan_step) */
     if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, perm, &reordered, err, err_len) != 0) {
         free(perm);
         return -1;
@@ -865,7 +878,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
         .mode = mode,
         .order = p->order,
         .n = n,
-        .cap = pp_mode_is_ready(mode) ? pp_cap_for(cfg->cap, cfg->hint, &p->shape, cfg->rank) : 0, /* as the simulator */
+        .cap = pp_mode_is_ready(mode) ? pp_cap_for(p->step_cap, cfg->hint, &p->shape, cfg->rank) : 0, /* as the simulator */
         .act_budget = cfg->act_budget,
         .act_bytes = act_bytes,
     };
@@ -1080,6 +1093,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
     out->waits = d.n_waits;
     out->mode = mode;
     for (int i = 0; i < 3; i++) out->predicted[i] = pred[i];
+    out->cap = p->step_cap;
     out->t_start = t_start;
     out->tp_choices = tc.leader ? tc.n_sent : tc.received;
     out->tp_wait_s = tp_wait;
