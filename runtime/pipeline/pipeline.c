@@ -74,7 +74,7 @@ struct Pipeline {
     uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
     int look;              /* this step's ranks send start notices (lookahead, or adaptive's choice of it) */
     PpMode step_mode;      /* the mode this step runs under (adaptive: its plan's choice) */
-    PpCap step_cap;        /* the in-flight cap it runs ready under (adaptive: pipeline_plan_order_cap's) */
+    PpCap step_cap;        /* the in-flight cap it runs ready under (adaptive: its plan's, plan_step) */
     PpCap meas_cap;        /* the cap of the step measured for the learner */
     /* adaptive's learner (sim.h, PpPlanLearn): this rank's measured task durations of the step being run
      * (3, meas_M: kind x microbatch, chunks summed), valid once that step finished (meas_ok), and the
@@ -646,22 +646,15 @@ void pipeline_order_costs(const PipelineConfig* cfg, const Microbatch* mbs, int 
  * task costs its work units (tokens, plus patches on each virtual stage that runs tower blocks, plus 1: as
  * task_units) times a fixed weight per kind (pipeline_order_costs); the partition balances the stages, so every
  * stage weighs the same. */
-int pipeline_plan_order_cap(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm, PpCap* cap) {
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
     int V = cfg->chunks;
     PpDurations det;
     pipeline_order_costs(cfg, mbs, M, &det);
     double pred[3];
     PpMode mode;
-    *cap = cfg->cap;
-    int reordered =
-        pp_plan_order_cap(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), 0, pred, &mode, perm, cap);
+    int reordered = pp_plan_order(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred, &mode, perm);
     pp_durations_free(&det);
     return reordered;
-}
-
-int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
-    PpCap cap;
-    return pipeline_plan_order_cap(cfg, mbs, M, perm, &cap);
 }
 
 /* adaptive (sched.h): the step's mode, from a simulation of the step on the estimated durations of
@@ -720,9 +713,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     /* the order: a function of the step's microbatches and the configuration alone (pipeline_plan_order);
      * under replay or with cfg.estimate it is kept (their tasks are indexed by the plan's microbatches), and
      * with cfg.keep_order (parallel.reorder = false) */
-    /* ... and the in-flight cap, from the same costs (the configured one or tighter) */
-    if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order)
-        *reordered = pipeline_plan_order_cap(cfg, mbs, M, perm, &p->step_cap);
+    if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order) *reordered = pipeline_plan_order(cfg, mbs, M, perm);
     PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
     est.F = callocCheck((size_t)P * M, sizeof(double));
     est.B = callocCheck((size_t)P * M, sizeof(double));
@@ -749,7 +740,17 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
         int allow_fixed = !(cfg->act_budget > 0);
-        pp_sim_plan(&est, -1, cfg->hint, p->step_cap, V, allow_fixed, pred); /* the step as it runs */
+        /* the step in the order it runs; the in-flight cap too where the order may change (pp_plan_order_cap with the
+         * order kept: the configured cap or a tighter multiple, on the measured cost model as the mode; the cap changes
+         * which task a rank runs when, not the order of a kind's microbatches, so the sums are as under the mode) */
+        if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order) {
+            int* ident = mallocCheck(sizeof(int) * (size_t)M);
+            PpMode pm;
+            pp_plan_order_cap(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, 1, pred, &pm, ident, &p->step_cap);
+            free(ident);
+        } else {
+            pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred);
+        }
         *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: the plan's choice */
     }
     /* this step's measurements start empty */
@@ -808,11 +809,14 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         return -1;
     }
     if (cfg->mode == PP_MODE_ADAPTIVE && cfg->tp && cfg->tp->size > 1) {
-        /* the TP ranks of a stage plan on their own measurements: the leader's plan (mode and order) is the stage's */
-        int32_t* b = mallocCheck(sizeof(int32_t) * (size_t)(M + 2));
+        /* the TP ranks of a stage plan on their own measurements: the leader's plan (mode, order and in-flight cap) is the
+         * stage's */
+        int32_t* b = mallocCheck(sizeof(int32_t) * (size_t)(M + 5));
         b[0] = (int32_t)mode, b[1] = reordered;
         for (int m = 0; m < M; m++) b[2 + m] = perm[m];
-        if (comm_bcast(cfg->tp, b, sizeof(int32_t) * (size_t)(M + 2), 0, e, sizeof e) != 0) {
+        b[M + 2] = p->step_cap.kind;
+        memcpy(b + M + 3, &p->step_cap.value, sizeof(double)); /* its bits: every rank resolves the same caps */
+        if (comm_bcast(cfg->tp, b, sizeof(int32_t) * (size_t)(M + 5), 0, e, sizeof e) != 0) {
             snprintf(err, err_len, "pipeline rank %d, TP rank %d: receiving the TP leader's mode (adaptive): %s", cfg->rank,
                      cfg->tp->rank, e);
             free(b);
@@ -820,8 +824,11 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             return -1;
         }
         mode = (PpMode)b[0], reordered = b[1] != 0;
+        p->step_cap.kind = b[M + 2];
+        memcpy(&p->step_cap.value, b + M + 3, sizeof(double));
+        p->meas_cap = p->step_cap;
         memset(perm, 0, sizeof(int) * (size_t)M); /* as a mark: each microbatch once */
-        int ok = b[0] >= 0 && b[0] < PP_MODE_COUNT;
+        int ok = b[0] >= 0 && b[0] < PP_MODE_COUNT && b[M + 2] >= PP_CAP_DEFAULT && b[M + 2] <= PP_CAP_MULTIPLE;
         for (int m = 0; m < M && ok; m++) {
             ok = b[2 + m] >= 0 && b[2 + m] < M && !perm[b[2 + m]];
             if (ok) perm[b[2 + m]] = 1;
@@ -829,7 +836,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         for (int m = 0; m < M && ok; m++) perm[m] = b[2 + m];
         free(b);
         if (!ok) {
-            snprintf(err, err_len, "pipeline rank %d, TP rank %d: the TP leader's plan (adaptive) is malformed: mode %d or "
+            snprintf(err, err_len, "pipeline rank %d, TP rank %d: the TP leader's plan (adaptive) is malformed: mode %d, a cap or "
                      "an order that is not a permutation of the step's %d microbatches", cfg->rank, cfg->tp->rank,
                      (int)mode, M);
             free(perm);

@@ -118,9 +118,6 @@ const int* pipeline_step_order(const Pipeline* p);
  * the identity. A function of the microbatches' sizes and cfg alone (pp_plan_order on fixed per-unit costs,
  * never the measured cost model), so the same on every rank, run and resume: docs/scheduler.md. */
 int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm);
-/* ... and the in-flight cap the step runs under (pp_plan_order_cap on the same costs: cfg->cap or a tighter multiple of
- * the hint's peak; pipeline_plan_order's perm is this cap's) */
-int pipeline_plan_order_cap(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm, PpCap* cap);
 /* pipeline_plan_order's deterministic cost model: det gets P x M durations (F, B, and W where the backward splits) of
  * each rank's tasks, its work units (tokens, plus patches on each virtual stage that runs tower blocks, plus 1, summed
  * over its chunks) times a weight per kind (F 1, B 2; split: B 1, W 1). Free with pp_durations_free. */
