@@ -630,6 +630,11 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
                 if (mode == PP_MODE_ADAPTIVE) {
                     printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
                            pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
+                    if (r.plan_cap.kind != cap.kind || r.plan_cap.value != cap.value) {
+                        char cb2[32];
+                        printf("adaptive: in-flight cap %s, tighter than the configured %s (predicted faster)\n",
+                               pp_cap_format(r.plan_cap, cb2, sizeof cb2), capbuf);
+                    }
                     /* the plan's order choice (the executed grid and the trace name the data's microbatches) */
                     if (r.order) {
                         printf("adaptive: reordered the microbatches (ends order, predicted faster), ran in the order:");

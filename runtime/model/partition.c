@@ -38,6 +38,7 @@ void partition_stage_costs(int S, const int* layers, PartitionCost cost, double*
 }
 
 double partition_stage_paths(int S, const double* cost, int M, double* out_path) {
+    M &= ~PARTITION_SPLIT_BACKWARD;
     double before = 0, mx = 0;
     for (int s = 0; s < S; s++) {
         double p = cost[s] + (M > 0 ? before / M : 0);
@@ -51,6 +52,7 @@ double partition_stage_paths(int S, const double* cost, int M, double* out_path)
 /* What the split minimises the max of for stage s taking k layers from layer l0: its cost, or (M > 0) its path,
  * its cost plus 1/M of the stages' before it (the first stage's extra and layers [0, l0)). */
 static double stage_score(int s, int S, int l0, int k, PartitionCost c, int M) {
+    M &= ~PARTITION_SPLIT_BACKWARD;
     double x = stage_cost(s, S, k, c);
     if (M > 0 && s > 0) x += (c.first_extra + l0 * c.per_layer) / M;
     return x;
@@ -70,8 +72,9 @@ int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits f
      * O(S L^2) — trivial for any real model (L <= a few hundred). Ties prefer fewer layers on
      * earlier stages so the first stage (which also runs the ViT) is not overloaded. */
     int minper = L >= S ? 1 : 0;
-    /* path-aware: the last stage may hold the final norm, the LM head and the loss alone (no LM block) */
-    int head_only = M > 0 && S >= 2;
+    /* path-aware: the last stage may hold the final norm, the LM head and the loss alone (no LM block), unless the
+     * backward is split (partition.h PARTITION_SPLIT_BACKWARD) */
+    int head_only = (M & ~PARTITION_SPLIT_BACKWARD) > 0 && !(M & PARTITION_SPLIT_BACKWARD) && S >= 2;
     double* best = mallocCheck(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
     int* arg = mallocCheck(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
 #define BEST(s, l) best[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]

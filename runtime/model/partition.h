@@ -45,7 +45,12 @@ int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, voi
  * partition_auto_path: partition_auto_fit (fits may be NULL) with that objective, of the optimal splits the least sum
  * of squared stage costs; M = 0 is partition_auto_fit. With M > 0 and S >= 2 the last stage may hold no LM layer (the
  * final norm, the LM head and the loss alone: out_layers[S - 1] = 0), where that shortens the longest path (the head's
- * V x D GEMM is a stage's worth when every other stage holds one or two layers: a 7B's 32 layers over 32 stages). */
+ * V x D GEMM is a stage's worth when every other stage holds one or two layers: a 7B's 32 layers over 32 stages).
+ * M | PARTITION_SPLIT_BACKWARD: the same path objective for a schedule with a split backward (zb-h1, bfw), whose last
+ * stage keeps an LM block: there its weight passes fill the drain, and a head-only last stage only makes another stage
+ * hold two blocks (docs/anyres.md "Path-aware split": at 32 stages it lengthened ready bfw's step 5.2%). Every function
+ * here that takes M accepts the flag. */
+#define PARTITION_SPLIT_BACKWARD 0x40000000
 int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits fits, void* ctx, int* out_layers);
 
 /* Parse "2,3,3" into out_layers[S]; checks there are exactly S non-negative numbers summing to L.

@@ -72,7 +72,9 @@ int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower t
     /* pass 0: the least max stage cost (M > 0: path); pass 1: of the splits within it, the least sum of squared
      * stage costs (the stages off the critical one as even as the blocks allow), as partition_auto */
     double mx = 1e300;
-    int head_only = M > 0; /* path-aware: the last stage may hold the final norm, the LM head and the loss alone */
+    /* path-aware: the last stage may hold the final norm, the LM head and the loss alone (not under a split backward) */
+    int head_only = (M & ~PARTITION_SPLIT_BACKWARD) > 0 && !(M & PARTITION_SPLIT_BACKWARD);
+    M &= ~PARTITION_SPLIT_BACKWARD;
     for (int pass = 0; pass < 2; pass++) {
         for (int s = 0; s <= S; s++)
             for (int u = 0; u <= n; u++) BEST(s, u) = 1e300, ARG(s, u) = -1;

@@ -74,6 +74,8 @@ struct Pipeline {
     uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
     int look;              /* this step's ranks send start notices (lookahead, or adaptive's choice of it) */
     PpMode step_mode;      /* the mode this step runs under (adaptive: its plan's choice) */
+    PpCap step_cap;        /* the in-flight cap it runs ready under (adaptive: its plan's, plan_step) */
+    PpCap meas_cap;        /* the cap of the step measured for the learner */
     /* adaptive's learner (sim.h, PpPlanLearn): this rank's measured task durations of the step being run
      * (3, meas_M: kind x microbatch, chunks summed), valid once that step finished (meas_ok), and the
      * plan's predictions for it; the next step's plan shares them over the pipeline group */
@@ -703,7 +705,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
         for (int r = 0; r < P; r++)
             for (int k = 0; k < (cfg->split ? 3 : 2); k++)
                 memcpy(mm[k] + (size_t)r * Mp, su + n_cost + ((size_t)r * 3 + k) * Mp, sizeof(double) * Mp);
-        pp_plan_learn_observe(&p->learn, &md, cfg->hint, cfg->cap, V, p->meas_pred);
+        pp_plan_learn_observe(&p->learn, &md, cfg->hint, p->meas_cap, V, p->meas_pred);
         pp_durations_free(&md);
     }
     free(su);
@@ -738,7 +740,17 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
         int allow_fixed = !(cfg->act_budget > 0);
-        pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred); /* the step in the order it runs */
+        /* the step in the order it runs; the in-flight cap too where the order may change (pp_plan_order_cap with the
+         * order kept: the configured cap or a tighter multiple, on the measured cost model as the mode; the cap changes
+         * which task a rank runs when, not the order of a kind's microbatches, so the sums are as under the mode) */
+        if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order) {
+            int* ident = mallocCheck(sizeof(int) * (size_t)M);
+            PpMode pm;
+            pp_plan_order_cap(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, 1, pred, &pm, ident, &p->step_cap);
+            free(ident);
+        } else {
+            pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred);
+        }
         *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: the plan's choice */
     }
     /* this step's measurements start empty */
@@ -746,6 +758,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     memset(p->meas, 0, sizeof(double) * 3 * (size_t)M);
     p->meas_M = M;
     for (int i = 0; i < 3; i++) p->meas_pred[i] = pred[i];
+    p->meas_cap = p->step_cap;
     pp_durations_free(&est);
     free(rate);
     return 0;
@@ -790,16 +803,20 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     int* perm = mallocCheck(sizeof(int) * (size_t)M);
     int reordered = 0;
     for (int m = 0; m < M; m++) perm[m] = m;
+    p->step_cap = cfg->cap; /* adaptive: its plan may take a tighter one (plan_step) */
     if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, perm, &reordered, err, err_len) != 0) {
         free(perm);
         return -1;
     }
     if (cfg->mode == PP_MODE_ADAPTIVE && cfg->tp && cfg->tp->size > 1) {
-        /* the TP ranks of a stage plan on their own measurements: the leader's plan (mode and order) is the stage's */
-        int32_t* b = mallocCheck(sizeof(int32_t) * (size_t)(M + 2));
+        /* the TP ranks of a stage plan on their own measurements: the leader's plan (mode, order and in-flight cap) is the
+         * stage's */
+        int32_t* b = mallocCheck(sizeof(int32_t) * (size_t)(M + 5));
         b[0] = (int32_t)mode, b[1] = reordered;
         for (int m = 0; m < M; m++) b[2 + m] = perm[m];
-        if (comm_bcast(cfg->tp, b, sizeof(int32_t) * (size_t)(M + 2), 0, e, sizeof e) != 0) {
+        b[M + 2] = p->step_cap.kind;
+        memcpy(b + M + 3, &p->step_cap.value, sizeof(double)); /* its bits: every rank resolves the same caps */
+        if (comm_bcast(cfg->tp, b, sizeof(int32_t) * (size_t)(M + 5), 0, e, sizeof e) != 0) {
             snprintf(err, err_len, "pipeline rank %d, TP rank %d: receiving the TP leader's mode (adaptive): %s", cfg->rank,
                      cfg->tp->rank, e);
             free(b);
@@ -807,8 +824,11 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             return -1;
         }
         mode = (PpMode)b[0], reordered = b[1] != 0;
+        p->step_cap.kind = b[M + 2];
+        memcpy(&p->step_cap.value, b + M + 3, sizeof(double));
+        p->meas_cap = p->step_cap;
         memset(perm, 0, sizeof(int) * (size_t)M); /* as a mark: each microbatch once */
-        int ok = b[0] >= 0 && b[0] < PP_MODE_COUNT;
+        int ok = b[0] >= 0 && b[0] < PP_MODE_COUNT && b[M + 2] >= PP_CAP_DEFAULT && b[M + 2] <= PP_CAP_MULTIPLE;
         for (int m = 0; m < M && ok; m++) {
             ok = b[2 + m] >= 0 && b[2 + m] < M && !perm[b[2 + m]];
             if (ok) perm[b[2 + m]] = 1;
@@ -816,7 +836,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         for (int m = 0; m < M && ok; m++) perm[m] = b[2 + m];
         free(b);
         if (!ok) {
-            snprintf(err, err_len, "pipeline rank %d, TP rank %d: the TP leader's plan (adaptive) is malformed: mode %d or "
+            snprintf(err, err_len, "pipeline rank %d, TP rank %d: the TP leader's plan (adaptive) is malformed: mode %d, a cap or "
                      "an order that is not a permutation of the step's %d microbatches", cfg->rank, cfg->tp->rank,
                      (int)mode, M);
             free(perm);
@@ -865,7 +885,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
         .mode = mode,
         .order = p->order,
         .n = n,
-        .cap = pp_mode_is_ready(mode) ? pp_cap_for(cfg->cap, cfg->hint, &p->shape, cfg->rank) : 0, /* as the simulator */
+        .cap = pp_mode_is_ready(mode) ? pp_cap_for(p->step_cap, cfg->hint, &p->shape, cfg->rank) : 0, /* as the simulator */
         .act_budget = cfg->act_budget,
         .act_bytes = act_bytes,
     };
@@ -1080,6 +1100,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
     out->waits = d.n_waits;
     out->mode = mode;
     for (int i = 0; i < 3; i++) out->predicted[i] = pred[i];
+    out->cap = p->step_cap;
     out->t_start = t_start;
     out->tp_choices = tc.leader ? tc.n_sent : tc.received;
     out->tp_wait_s = tp_wait;

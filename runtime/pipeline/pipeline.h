@@ -75,6 +75,7 @@ typedef struct {
                          * message and trace microbatch numbers were slots, slot s the plan's microbatch of
                          * the order (never under replay or with cfg.estimate) */
     double predicted[3];/* adaptive: predicted makespans (s) of ready, lookahead, fixed; NAN = none */
+    PpCap cap;          /* the in-flight cap the step's ready / lookahead ran under (adaptive: its plan's, at most cfg.cap) */
     int learned;        /* adaptive: past steps its learner has observed (plan.h, PpPlanLearn) */
     double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
     /* leader-decides (tp > 1, ready): choices sent (leader) or received (peer); the peer's time from a

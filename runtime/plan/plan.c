@@ -137,6 +137,55 @@ int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap c
     return reorder;
 }
 
+static const double PP_PLAN_CAP_MULTS[] = {1.0, 1.25, 1.5, 1.75};
+
+int pp_plan_caps(PpCap cap, PpHint hint, const PpShape* sh, PpCap* out) {
+    int n = 0;
+    out[n++] = cap;
+    if (cap.kind != PP_CAP_MULTIPLE) return n;
+    for (size_t i = 0; i < sizeof PP_PLAN_CAP_MULTS / sizeof PP_PLAN_CAP_MULTS[0] && n < PP_PLAN_CAPS_MAX; i++) {
+        PpCap c = {PP_CAP_MULTIPLE, PP_PLAN_CAP_MULTS[i]};
+        if (!(c.value < cap.value)) continue;
+        int dup = 0;
+        for (int j = 0; j < n && !dup; j++) {
+            int same = 1;
+            for (int r = 0; r < sh->P && same; r++) same = pp_cap_for(c, hint, sh, r) == pp_cap_for(out[j], hint, sh, r);
+            dup = same;
+        }
+        if (!dup) out[n++] = c;
+    }
+    return n;
+}
+
+int pp_plan_order_cap(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
+                      int keep_order, double pred[3], PpMode* mode, int* perm, PpCap* out_cap) {
+    int M = est->M;
+    PpShape sh = {est->P, M, chunks, est->split, pp_hint_vshape(hint)};
+    PpCap caps[PP_PLAN_CAPS_MAX];
+    int n = pp_plan_caps(cap, hint, &sh, caps), reorder = 0;
+    int* pk = mallocCheck(sizeof(int) * (size_t)M);
+    double best = NAN, margin = est_error == 0 ? 0 : PP_PLAN_CAP_MARGIN;
+    for (int i = 0; i < n; i++) {
+        double pi[3];
+        PpMode mi;
+        int ri = 0;
+        if (keep_order) {
+            mi = pp_sim_plan(est, est_error, hint, caps[i], chunks, allow_fixed, pi);
+            for (int s = 0; s < M; s++) pk[s] = s;
+        } else {
+            ri = pp_plan_order(est, est_error, hint, caps[i], chunks, allow_fixed, pi, &mi, pk);
+        }
+        double v = pi[pred_index(mi)];
+        if (i == 0 || v < best * (1 - margin)) {
+            best = v, reorder = ri, *mode = mi, *out_cap = caps[i];
+            for (int k = 0; k < 3; k++) pred[k] = pi[k];
+            memcpy(perm, pk, sizeof(int) * (size_t)M);
+        }
+    }
+    free(pk);
+    return reorder;
+}
+
 PpMode pp_plan_learn_choose(const PpPlanLearn* L, const double pred[3]) {
     double c[3] = {pred[0], pred[1], pred[2]};
     if (L->n > 0 && c[0] > 0 && c[2] > 0) {
@@ -188,10 +237,12 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         int* perm = mallocCheck(sizeof(int) * (size_t)d->M);
         pp_sim_estimated_durations(d, chunks, opt, &est);
         int reorder = 0;
+        PpCap run_cap = cap; /* the in-flight cap the step runs under (pp_plan_order_cap) */
         if (opt && opt->keep_order) {
             chosen = pp_sim_plan(&est, opt->estimate_error, hint, cap, chunks, 1, pred);
         } else {
-            reorder = pp_plan_order(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, pred, &chosen, perm);
+            reorder = pp_plan_order_cap(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, 0, pred, &chosen, perm,
+                                        &run_cap);
         }
         pp_durations_free(&est);
         PpPlanLearn* L = opt ? opt->learn : NULL;
@@ -210,10 +261,12 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
             for (int s = 0; s < d->M; s++) key[s] = opt && opt->order ? opt->order[perm[s]] : perm[s];
             o2.order = key;
         }
-        int rc = pp_sim_run_opts(&dd, hint, chosen, cap, chunks, &o2, res, err, errlen);
-        if (rc == 0)
+        int rc = pp_sim_run_opts(&dd, hint, chosen, run_cap, chunks, &o2, res, err, errlen);
+        if (rc == 0) {
             for (int i = 0; i < 3; i++) res->predicted[i] = pred[i];
-        if (rc == 0 && L && !res->deadlock) pp_plan_learn_observe(L, &dd, hint, cap, chunks, pred);
+            res->plan_cap = run_cap;
+        }
+        if (rc == 0 && L && !res->deadlock) pp_plan_learn_observe(L, &dd, hint, run_cap, chunks, pred);
         if (reorder) pp_durations_free(&dd);
         free(key);
         if (rc == 0 && reorder) res->order = perm;

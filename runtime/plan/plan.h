@@ -52,6 +52,20 @@ PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap 
 #define PP_PLAN_ORDER_MARGIN 0.01
 int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
                   double pred[3], PpMode* mode, int* perm);
+/* adaptive's in-flight cap (docs/scheduler.md "The in-flight cap"): the cap a step's ready and lookahead run under,
+ * at most the configured one (which bounds memory; a tighter cap never needs more). Candidates (pp_plan_caps): `cap`
+ * itself first, then, when it is a multiple of the hint's peak, the multiples PP_PLAN_CAP_MULTS below it whose caps
+ * differ on some rank from every earlier candidate's; out gets at most PP_PLAN_CAPS_MAX, the count is returned.
+ * pp_plan_order_cap runs pp_plan_order (keep_order: pp_sim_plan, the order kept) under each and takes a tighter cap
+ * where its chosen mode's prediction is below the best so far by more than PP_PLAN_CAP_MARGIN (relative; none when
+ * est_error == 0). Returns pp_plan_order's result for that cap, with pred, *mode, perm and *out_cap. At as many stages
+ * as LM blocks a tighter cap keeps the ranks after a bottleneck stage from starting forwards that the first backward,
+ * on its way to that stage, then waits behind (bench/README.md "Adaptive's in-flight cap"). */
+#define PP_PLAN_CAPS_MAX 5
+#define PP_PLAN_CAP_MARGIN 0.005
+int pp_plan_caps(PpCap cap, PpHint hint, const PpShape* sh, PpCap* out);
+int pp_plan_order_cap(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
+                      int keep_order, double pred[3], PpMode* mode, int* perm, PpCap* out_cap);
 /* A step's microbatches in "ends" order (docs/scheduler.md "The microbatch order", bench/README.md; adaptive's plan chooses
  * it, pp_plan_order): perm[slot] = the microbatch to run in that slot, the smallest microbatches (by their
  * work, F + B + W from the estimates' low-rank fit, summed over every rank, or on rank `rank` alone when

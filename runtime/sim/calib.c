@@ -195,7 +195,8 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
                                             ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
     int lm_full = c->recompute_lm == RECOMPUTE_FULL, tower_full = c->recompute_tower == RECOMPUTE_FULL;
     pc = partition_cost_recompute(pc, lm_full, tower_full); /* as the trainer splits (runtime/train/layout.c) */
-    int path_M = c->partition_path ? M : 0; /* parallel.partition = path: for this step's microbatches */
+    /* parallel.partition = path: for this step's microbatches and its backward (whole, or split: B and W) */
+    int path_M = c->partition_path ? M | (c->split ? PARTITION_SPLIT_BACKWARD : 0) : 0;
     /* the tower's blocks over stages where it costs more than a stage's share (partition_auto_tower) */
     int* tower = callocCheck((size_t)P, sizeof(int));
     int spans = 0;

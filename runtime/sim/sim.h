@@ -69,6 +69,7 @@ typedef struct {
     PpMode chosen;      // the mode the step ran under (adaptive: its plan's choice; else the mode)
     double predicted[3];// adaptive: predicted makespans of ready, lookahead, fixed (NAN = not a candidate); of the
                         // order that ran (below)
+    PpCap plan_cap;     // adaptive: the in-flight cap its plan chose (pp_plan_order_cap; the configured one or tighter)
     int* order;         // adaptive: (M) the step ran reordered, slot s holding microbatch order[s] (pp_plan_order);
                         // NULL = as it is. exec, msgs and every PpTask.mb of the result are slots, not microbatches
     PpSimMsg* msgs;     // (n_msgs) in send order

@@ -47,17 +47,21 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
     PipelineStepStats ps;
     if (pipeline_step(x->pl, plan->mbs, plan->M, scale, ex->quiet ? NULL : x->trace, step, dump_dir, &ps, err, err_len) != 0)
         return -1;
-    int choice = 2 * (int)ps.mode + (ps.reordered != 0);
+    int choice = (2 * (int)ps.mode + (ps.reordered != 0)) * 1000 + (int)(ps.cap.value * 100 + 0.5);
     if (x->rank == 0 && !strcmp(x->r->mode, "adaptive") && choice != x->last_mode) {
         /* adaptive's choice (mode and order), each time it changes (one write, not interleaved) */
         char line[320];
         if (isnan(ps.predicted[0]))
             snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (no estimates of every rank yet)\n", step,
                      pp_mode_name(ps.mode));
-        else
-            snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (predicted s: ready %.4g, lookahead %.4g, "
-                     "fixed %.4g)%s\n", step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[1], ps.predicted[2],
-                     ps.reordered ? " on its microbatches reordered (ends order)" : "");
+        else {
+            char capbuf[48] = "";
+            if (pp_mode_is_ready(ps.mode) && ps.cap.kind == PP_CAP_MULTIPLE) /* the plan's in-flight cap (pp_plan_order_cap) */
+                snprintf(capbuf, sizeof capbuf, " at in-flight cap %gx", ps.cap.value);
+            snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s%s (predicted s: ready %.4g, lookahead %.4g, "
+                     "fixed %.4g)%s\n", step, pp_mode_name(ps.mode), capbuf, ps.predicted[0], ps.predicted[1],
+                     ps.predicted[2], ps.reordered ? " on its microbatches reordered (ends order)" : "");
+        }
         fputs(line, stderr);
         x->last_mode = choice;
     }

@@ -261,9 +261,12 @@ static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
 }
 
 /* The automatic split's objective (parallel.partition, partition_auto_path): 0 balance, else the step's microbatches
- * for the path-aware split (one chunk per rank: interleaved chunks' paths are not the formula's) */
+ * for the path-aware split (one chunk per rank: interleaved chunks' paths are not the formula's), flagged for a
+ * split-backward hint (PARTITION_SPLIT_BACKWARD: the last stage keeps an LM block) */
 static int split_path_mb(const Recipe* r) {
-    return !strcmp(r->partition, "path") && r->chunks == 1 ? r->microbatches : 0;
+    if (strcmp(r->partition, "path") || r->chunks != 1) return 0;
+    int split = !strcmp(r->hint, "zb-h1") || !strcmp(r->hint, "bfw");
+    return r->microbatches | (split ? PARTITION_SPLIT_BACKWARD : 0);
 }
 
 /* The tower's part of split_cost's (partition_auto_tower) */

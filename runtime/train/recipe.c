@@ -252,7 +252,8 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
     {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
      "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "
-     "own peak such as `1.5x`; 0 = the 1f1b peak P - r."},
+     "own peak such as `1.5x`; 0 = the 1f1b peak P - r. Under `adaptive` a multiple is the most: each step's plan may "
+     "run a tighter multiple (1x to 1.75x) where predicted faster (docs/scheduler.md)."},
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},

@@ -23,8 +23,9 @@ static double max_cost(int S, const int* layers, PartitionCost c) {
     return m;
 }
 
-/* The path-aware split may leave the last stage the head alone (no LM layer) */
-static int head_only(int S) { return path_mb > 0 && S >= 2; }
+/* The path-aware split may leave the last stage the head alone (no LM layer), not for a split backward */
+static int split_bw;
+static int head_only(int S) { return path_mb > 0 && !split_bw && S >= 2; }
 
 /* Enumerate all compositions of L into S parts (>= 1 each; path-aware: the last >= 0) and return the best max cost. */
 static double brute(int L, int S, PartitionCost c, int* cur, int s, int left) {
@@ -119,12 +120,45 @@ int main(void) {
                 if (path_mb && memcmp(bal, layers, sizeof(int) * (size_t)S)) n_differ++;
             }
     CHECK(n_differ > 50, "the path-aware split differs from the balanced one in %d cases only", n_differ);
+    /* A split backward (PARTITION_SPLIT_BACKWARD): the same path objective over the splits whose last stage keeps an
+     * LM layer, optimal by brute force; it differs from the whole backward's split exactly where that one leaves the
+     * last stage the head alone */
+    int n_keep = 0;
+    split_bw = 1;
+    for (int ci = 0; ci < NC * 2; ci++)
+        for (int S = 2; S <= 5; S++)
+            for (int L = S; L <= 12; L++) {
+                PartitionCost pc = costs[ci % NC];
+                path_mb = ci < NC ? 3 : 8;
+                int layers[16], whole[16], cur[16];
+                CHECK(partition_auto_path(L, S, pc, path_mb | PARTITION_SPLIT_BACKWARD, NULL, NULL, layers) == 0, "split");
+                partition_auto_path(L, S, pc, path_mb, NULL, NULL, whole);
+                int sum = 0;
+                for (int s = 0; s < S; s++) {
+                    sum += layers[s];
+                    CHECK(layers[s] >= 1, "split L=%d S=%d stage %d empty", L, S, s);
+                }
+                CHECK(sum == L, "split L=%d S=%d: sum %d", L, S, sum);
+                double got = max_cost(S, layers, pc), want = brute(L, S, pc, cur, 0, L);
+                CHECK(got <= want * (1 + 1e-12), "split cost %d L=%d S=%d: %.3f > optimum %.3f", ci, L, S, got, want);
+                double gq = sq_cost(S, layers, pc), wq = brute_sq(L, S, pc, want * (1 + 1e-9), cur, 0, L);
+                CHECK(gq <= wq * (1 + 1e-12), "split cost %d L=%d S=%d: sum of squares %.3f > least %.3f", ci, L, S, gq, wq);
+                CHECK((whole[S - 1] == 0) == (memcmp(whole, layers, sizeof(int) * (size_t)S) != 0),
+                      "split cost %d L=%d S=%d: differs from the whole backward's split where that keeps an LM layer last", ci,
+                      L, S);
+                n_keep += whole[S - 1] == 0;
+            }
+    CHECK(n_keep > 10, "the split backward kept an LM layer on the last stage in %d cases only", n_keep);
+    split_bw = 0;
     CHECK(n_head > 10, "the path-aware split leaves the last stage the head alone in %d cases only", n_head);
     /* One layer per stage but the head costs two: 4 layers on 4 stages, 8 microbatches, head 2.2 layers. 1,1,1,1 has
      * the last path 3.2 + 3/8 = 3.575; with the head alone the longest is 2.7 (1,1,2,0: paths 1, 1.125, 2.25, 2.7) */
     path_mb = 8;
     partition_auto_path(4, 4, (PartitionCost){0, 2.2, 1}, 8, NULL, NULL, l4);
     CHECK(l4[3] == 0 && l4[0] + l4[1] + l4[2] == 4, "head-only: %d,%d,%d,%d", l4[0], l4[1], l4[2], l4[3]);
+    partition_auto_path(4, 4, (PartitionCost){0, 2.2, 1}, 8 | PARTITION_SPLIT_BACKWARD, NULL, NULL, l4);
+    CHECK(l4[0] == 1 && l4[1] == 1 && l4[2] == 1 && l4[3] == 1, "split backward keeps an LM layer last: %d,%d,%d,%d", l4[0],
+          l4[1], l4[2], l4[3]);
     partition_auto_fit(4, 4, (PartitionCost){0, 2.2, 1}, NULL, NULL, l4);
     CHECK(l4[0] == 1 && l4[1] == 1 && l4[2] == 1 && l4[3] == 1, "balance keeps a layer on every stage: %d,%d,%d,%d", l4[0],
           l4[1], l4[2], l4[3]);

@@ -155,6 +155,22 @@ int main(void) {
     partition_stage_costs_tower(32, tw32, ly32, nx, nxt, b);
     CHECK(max_of(32, b) < 0.9 * max_of(32, a), "LLaVA-NeXT P=32: max stage %g, tower on stage 0 %g", max_of(32, b),
           max_of(32, a));
+    /* path-aware for a step of 32 microbatches: a whole backward leaves the last stage the head alone (two LM blocks on
+     * an earlier stage), a split backward (PARTITION_SPLIT_BACKWARD) keeps an LM block there, still over the chain */
+    CHECK(partition_auto_tower_path(32, 32, nx, nxt, 32, tw32, ly32) == 1 && ly32[31] == 0,
+          "LLaVA-NeXT P=32, path: the tower over stages and the head alone last (%d LM blocks)", ly32[31]);
+    CHECK(partition_auto_tower_path(32, 32, nx, nxt, 32 | PARTITION_SPLIT_BACKWARD, tw32, ly32) == 1 && ly32[31] == 1 &&
+              tw32[0] < 24,
+          "LLaVA-NeXT P=32, path with a split backward: %d LM blocks last, %d tower blocks on stage 0", ly32[31], tw32[0]);
+    /* at 16 stages (the tower on stage 0) the flagged objective is still the path (1/M of the earlier stages for M = 32),
+     * not the balance: the same split as the whole backward's there, which takes a layer off the last stage */
+    int tw16[16], ly16[16], pa16[16], ba16[16];
+    partition_auto_tower_path(32, 16, nx, nxt, 32 | PARTITION_SPLIT_BACKWARD, tw16, ly16);
+    partition_auto_path(32, 16, nx, 32, NULL, NULL, pa16);
+    partition_auto_path(32, 16, nx, 0, NULL, NULL, ba16);
+    CHECK(!memcmp(ly16, pa16, sizeof ly16) && memcmp(ly16, ba16, sizeof ly16) && tw16[0] == 24,
+          "LLaVA-NeXT P=16, path with a split backward: last stage %d LM blocks (path %d, balance %d)", ly16[15], pa16[15],
+          ba16[15]);
     PartitionCost v15 = partition_cost_model(1024, 24, 4096, 11008, 32000, 4096.0 * 32, 0.5 * 4096 * 32, 320, 256, 14);
     PartitionTower v15t = partition_tower_model(1024, 24, 0.5 * 4096 * 32, 320, 14);
     int tw8[8], ly8[8];

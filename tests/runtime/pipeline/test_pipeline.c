@@ -39,6 +39,7 @@
 #include "engine/engine.h"
 #include "runtime/model/model.h"
 #include "runtime/model/partition.h"
+#include "runtime/plan/plan.h"
 #include "runtime/comm/comm.h"
 #include "runtime/pipeline/pipeline.h"
 #include "runtime/trace/trace.h"
@@ -99,6 +100,8 @@ static void big_at_ends(Microbatch* mbs, int M) {
         mbs[best] = t;
     }
 }
+
+static int n_cap_tight; /* adaptive steps this rank ran under a cap tighter than the configured one */
 
 /* Returns the number of failures (same on every rank). */
 /* pbe: the pipeline stages' backend (the reference is on the CPU). */
@@ -176,6 +179,19 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         if (pipeline_step(pl, mbs, M, 1.0f / (float)sup, NULL, k, NULL, &st, err, sizeof err) != 0)
             rr_die("pipeline_step: %s", err);
         reordered += st.reordered != 0;
+        if (mode == PP_MODE_ADAPTIVE) { /* the in-flight cap: one of the plan's candidates, and the step kept to it */
+            PpShape sh = {P, M, chunks, pipeline_hint_splits(hint), pp_hint_vshape(hint)};
+            PpCap cands[PP_PLAN_CAPS_MAX];
+            int nc = pp_plan_caps(pc.cap, hint, &sh, cands), known = 0;
+            for (int i = 0; i < nc; i++) known |= cands[i].kind == st.cap.kind && cands[i].value == st.cap.value;
+            int lim = pp_cap_for(st.cap, hint, &sh, rank);
+            if (!known || (pp_mode_is_ready(st.mode) && st.peak_inflight > lim)) {
+                fprintf(stderr, "rank %d: %s adaptive step %d: cap %g (kind %d) not a candidate, or %d in flight > %d\n",
+                        rank, pp_hint_name(hint), k, st.cap.value, st.cap.kind, st.peak_inflight, lim);
+                bad++;
+            }
+            n_cap_tight += st.cap.kind != pc.cap.kind || st.cap.value != pc.cap.value;
+        }
         const int* ord = pipeline_step_order(pl);
         int same = (st.reordered != 0) == (plan_re[k] != 0) && (ord != NULL) == (plan_re[k] != 0);
         for (int s = 0; same && ord && s < M; s++) same = ord[s] == plan_perm[k][s];
@@ -769,15 +785,17 @@ int main(int argc, char** argv) {
         failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, NULL, pbe, 0);
         failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL, pbe, 0);
         failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x", pbe, 0);
-        /* adaptive reorders every planned step (the order choice, pp_plan_order) and still trains as one process */
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_ADAPTIVE, NULL, pbe, 1);
+        /* adaptive reorders every planned step (the order choice, pp_plan_order) and still trains as one process, under
+         * a 2x cap of which its plan may run a tighter multiple (pp_plan_order_cap) */
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_ADAPTIVE, "2x", pbe, 1);
     }
     runs += on_cuda ? 1 : vshape ? 2 * PP_MODE_COUNT : chunks > 1 ? 2 : 4;
     double worst = 0;
     MPI_Allreduce(&worst_rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("pipeline P=%d chunks=%d M=%d: %d runs (%d reordered by adaptive), %d failed, largest gradient difference "
-               "%.3g of max |g|\n", P, chunks, M, runs, n_reordered_runs, failures, worst);
+        printf("pipeline P=%d chunks=%d M=%d: %d runs (%d reordered by adaptive; %d adaptive steps at a tighter in-flight cap "
+               "on rank 0), %d failed, largest gradient difference %.3g of max |g|\n", P, chunks, M, runs, n_reordered_runs,
+               n_cap_tight, failures, worst);
     /* the verdict is every rank's: a failure seen on any rank fails the test on all of them */
     /* adaptive's learner ran: every step after a planned one (ready and fixed both predicted) learned */
     if (adaptive_learned < adaptive_planned || (adaptive_planned == 0 && chunks == 1 && !vshape && !on_cuda)) {

@@ -193,6 +193,22 @@ static void test_cap(void) {
         CHECK(pp_cap_for(two, PP_HINT_BFW, &p4, r) == 2, "count r=%d", r);
         CHECK(pp_cap_for(CAP_DEFAULT, PP_HINT_BFW, &p4, r) == 4 - r, "default r=%d", r);
     }
+    /* adaptive's candidate caps (pp_plan_caps): the configured one first, then the multiples 1, 1.25, 1.5, 1.75 of
+     * the hint's peak below it, each differing on some rank from the earlier ones; a count or the default as given */
+    PpCap cands[PP_PLAN_CAPS_MAX];
+    PpShape p8 = {8, 16, 1, 0, 0};
+    int nc = pp_plan_caps((PpCap){PP_CAP_MULTIPLE, 2.0}, PP_HINT_1F1B, &p8, cands);
+    CHECK(nc == 5 && cands[0].value == 2.0 && cands[1].value == 1.0 && cands[2].value == 1.25 && cands[3].value == 1.5 &&
+              cands[4].value == 1.75,
+          "2x at P = 8: %d candidates", nc);
+    nc = pp_plan_caps((PpCap){PP_CAP_MULTIPLE, 1.5}, PP_HINT_1F1B, &p4, cands);
+    /* P = 4, 1f1b peaks 4, 3, 2, 1: 1.25x resolves to 5, 3, 2, 1 (differs from 1x on rank 0) */
+    CHECK(nc == 3 && cands[0].value == 1.5 && cands[1].value == 1.0 && cands[2].value == 1.25, "1.5x at P = 4: %d", nc);
+    PpShape p2 = {2, 4, 1, 0, 0};
+    nc = pp_plan_caps((PpCap){PP_CAP_MULTIPLE, 1.5}, PP_HINT_1F1B, &p2, cands);
+    CHECK(nc == 2 && cands[1].value == 1.0, "1.5x at P = 2 (1.25x resolves as 1x): %d", nc);
+    CHECK(pp_plan_caps(two, PP_HINT_1F1B, &p8, cands) == 1 && cands[0].kind == PP_CAP_COUNT, "a count as given");
+    CHECK(pp_plan_caps(CAP_DEFAULT, PP_HINT_1F1B, &p8, cands) == 1, "the default as given");
 }
 
 /* Hand-computed makespans. */
@@ -759,9 +775,9 @@ static void permuted_copy(const PpDurations* d, const int* order, PpDurations* o
     if (order) pp_durations_permute(out, order);
 }
 
-/* adaptive's result r carries the plan's order choice: pp_plan_order on the step's estimates says reorder
- * exactly when r.order is set, with the same permutation (a valid one, not the identity), predictions and mode
- * (no learner) */
+/* adaptive's result r carries the plan's order and cap choice: pp_plan_order_cap on the step's estimates says
+ * reorder exactly when r.order is set, with the same permutation (a valid one, not the identity), predictions, mode
+ * and in-flight cap (no learner) */
 static void check_plan_order(const PpDurations* d, PpHint h, PpCap cap, const PpSimOptions* o, const PpSimResult* r) {
     PpDurations est;
     pp_sim_estimated_durations(d, 1, o, &est);
@@ -769,7 +785,10 @@ static void check_plan_order(const PpDurations* d, PpHint h, PpCap cap, const Pp
     int* seen = callocCheck((size_t)d->M, sizeof(int));
     double pred[3];
     PpMode m;
-    int re = pp_plan_order(&est, o->estimate_error, h, cap, 1, 1, pred, &m, perm);
+    PpCap pc;
+    int re = pp_plan_order_cap(&est, o->estimate_error, h, cap, 1, 1, 0, pred, &m, perm, &pc);
+    CHECK(pc.kind == r->plan_cap.kind && pc.value == r->plan_cap.value, "cap %g (kind %d) vs the plan's %g (kind %d)",
+          r->plan_cap.value, r->plan_cap.kind, pc.value, pc.kind);
     CHECK(re == (r->order != NULL), "%s: pp_plan_order says %d, the step ran %s", pp_hint_name(h), re,
           r->order ? "reordered" : "as it is");
     int ident = 1;

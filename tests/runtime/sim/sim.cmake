@@ -10,3 +10,6 @@ add_test(NAME calib_tower COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/ex
 # the path-aware split (--partition, parallel.partition): the simulator's split is the dry run's; lower bound and step fall
 add_test(NAME calib_partition COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "calib partition: ok"
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/calib_partition.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
+# adaptive's in-flight cap (pp_plan_order_cap): at 32 stages it is never slower than at a tighter cap, and says which it ran
+add_test(NAME sim_plan_cap COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "plan cap: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/plan_cap.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
