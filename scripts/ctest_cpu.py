@@ -3,8 +3,9 @@
 
 The CI machine has 2 cores and the suite keeps both busy, so its wall time follows the tests' CPU time, not
 their wall time (which depends on what else runs). This runs each test's command as ctest would (its
-ENVIRONMENT and WORKING_DIRECTORY) and prints, tab-separated: name, CPU seconds (user + system of the command
-and every process it waited for: ranks under mpirun, a script's children), wall seconds, exit status.
+ENVIRONMENT, ENVIRONMENT_MODIFICATION and WORKING_DIRECTORY) and prints, tab-separated: name, CPU seconds
+(user + system of the command and every process it waited for: ranks under mpirun, a script's children), wall
+seconds, exit status.
 
     scripts/ctest_cpu.py BUILD_DIR [-L LABEL] [-R REGEX] [-j JOBS] > times.tsv
     sort -t$'\\t' -k2 -rn times.tsv | head -30
@@ -19,6 +20,36 @@ import subprocess
 import sys
 import threading
 import time
+
+
+def modify_env(env, entry):
+    """Apply one ENVIRONMENT_MODIFICATION entry, NAME=OP:VALUE, as ctest does."""
+    name, _, rest = entry.partition("=")
+    op, _, value = rest.partition(":")
+    cur = env.get(name)
+    if op == "reset":
+        if name in os.environ:
+            env[name] = os.environ[name]
+        else:
+            env.pop(name, None)
+    elif op == "set":
+        env[name] = value
+    elif op == "unset":
+        env.pop(name, None)
+    elif op == "string_append":
+        env[name] = (cur or "") + value
+    elif op == "string_prepend":
+        env[name] = value + (cur or "")
+    elif op == "path_list_append":
+        env[name] = cur + os.pathsep + value if cur else value
+    elif op == "path_list_prepend":
+        env[name] = value + os.pathsep + cur if cur else value
+    elif op == "cmake_list_append":
+        env[name] = cur + ";" + value if cur else value
+    elif op == "cmake_list_prepend":
+        env[name] = value + ";" + cur if cur else value
+    else:
+        raise SystemExit("ctest_cpu.py: unknown ENVIRONMENT_MODIFICATION operation %r" % entry)
 
 
 def main(argv):
@@ -50,6 +81,8 @@ def main(argv):
             for e in props.get("ENVIRONMENT", []):
                 k, _, v = e.partition("=")
                 env[k] = v
+            for e in props.get("ENVIRONMENT_MODIFICATION", []):
+                modify_env(env, e)
             t0 = time.time()
             p = subprocess.Popen(cmd, cwd=props.get("WORKING_DIRECTORY", build), env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
