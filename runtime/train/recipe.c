@@ -283,7 +283,8 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "memory_budget", RKEY_FLOAT, OFF(memory_budget), 0, "0", 0, 1e6, 0, 0,
      "GiB one rank may hold (the dry run's figures: weights, gradients, AdamW state, activations, workspace; 0 = the "
      "device's memory less a 5% reserve on the cuda backend, the smallest device of the job; none on the cpu). The LM "
-     "layer split balances time among the splits whose every rank fits; where none does, or parallel.layers exceeds "
+     "layer split (with parallel.tower_split = auto, the tower's blocks too) balances time among the splits whose "
+     "every rank fits; where none does, or parallel.layers exceeds "
      "it, the run is refused with the smallest changes that fit."},
     /* [checkpoint] */
     {"checkpoint", "dir", RKEY_STRING, OFF(ckpt_dir), SZ(ckpt_dir), "", 0, 0, 0, 0,
