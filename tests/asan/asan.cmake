@@ -29,6 +29,7 @@ set(RRFP_ASAN_TESTS
     model_fd model_fd_anyres model_split_bitwise model_pipeline_stages model_freeze model_bad_budget model_bad_image_id
     model_bad_target model_bad_grid model_bad_pos model_bad_overlap
     tp_split tp_init tp_ce tp_lm tp_vit tp_proj tp_embed partition sched_core trace_writer tokenizer_unit attention_table
+    sim_core plan_core
     report_unit safetensors_selftest checkpoint_unit recipe_unit data_packing_quality vit_lora_fd
     layout_fit_chain
     # input handling and the command line

@@ -1,4 +1,5 @@
-# sched.cmake — the scheduler core (runtime/sched/; test_sched also runs the simulator on every hint x mode x cap).
+# sched.cmake — the scheduler core (runtime/sched/: hint orders, caps, the dispatcher; the simulator's cases are
+# tests/runtime/sim/'s, the adaptive plan's tests/runtime/plan/'s).
 add_executable(test_sched tests/runtime/sched/test_sched.c)
 target_link_libraries(test_sched PRIVATE rrfp_core)
 add_test(NAME sched_core COMMAND test_sched)

@@ -20,7 +20,7 @@ expect() {
   if [ -n "$pat" ] && ! grep -Eq -e "$pat" "$T/err"; then fail "$* -> stderr does not match '$pat': $(cat "$T/err")"; fi
 }
 
-# 1. Hand-computed case (see test_sched.c test_makespans): P=2, M=2, F=1, B=2, latency 0.5.
+# 1. Hand-computed case (see test_sim.c test_makespans): P=2, M=2, F=1, B=2, latency 0.5.
 cat >"$T/d.json" <<'EOF'
 {"stages": 2, "microbatches": 2, "latency": 0.5,
  "F": [[1, 1], [1, 1]], "B": [[2, 2], [2, 2]]}

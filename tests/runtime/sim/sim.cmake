@@ -1,4 +1,10 @@
-# sim.cmake — the simulator's command (runtime/sim/, `rrfp-mm sim`; sched_cli covers `rrfp-mm trace`'s SVG too).
+# sim.cmake — the simulator (runtime/sim/): its unit cases and its command (`rrfp-mm sim`; sched_cli covers
+# `rrfp-mm trace`'s SVG too).
+# the simulator's unit cases (runtime/sim/): hand-computed makespans, every hint x mode x cap, duration files,
+# the generator, lookahead and rollout on simulated steps
+add_executable(test_sim tests/runtime/sim/test_sim.c)
+target_link_libraries(test_sim PRIVATE rrfp_core)
+add_test(NAME sim_core COMMAND test_sim)
 add_test(NAME sched_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/sched_cli.sh $<TARGET_FILE:rrfp-mm>)
 # An independent Python reading of docs/scheduler.md's contract against `rrfp-mm sim --json` (stdlib only). 16
 # random cases (each runs the simulator for every hint x mode x cap): with the CUDA build each process
