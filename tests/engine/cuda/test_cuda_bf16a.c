@@ -27,6 +27,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
+#include "tests/support/util/proc.h"
 
 #define SKIP_RC 77
 
@@ -804,13 +805,7 @@ static int refused(const char* what, const char* op, void (*call)(const Backend*
     }
     close(fd[1]);
     char msg[2048];
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof msg - 1 && (r = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0) n += (size_t)r;
-    msg[n] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
+    int st = proc_child_output(pid, fd[0], msg, sizeof msg, NULL);
     int ok = WIFSIGNALED(st) && strstr(msg, op) != NULL;
     checks++;
     printf("  %-22s %-14s %s%s\n", "refusals", what, ok ? "refused: ok" : "not refused as it should be: FAIL\n", ok ? "" : msg);

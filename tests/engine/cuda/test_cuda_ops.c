@@ -40,6 +40,7 @@
 #include "tests/support/cuda_attn_hooks.h"
 #include "tests/support/cuda_bw_hooks.h"
 #include "tests/support/cuda_emu_entry.h"
+#include "tests/support/util/proc.h"
 #define RNG_SEED 0x5851F42D4C957F2Dull /* this test's stream */
 #include "tests/support/host_rand.h"
 
@@ -1019,12 +1020,7 @@ static int run_select(void) {
     close(fd[1]);
     char buf[2048];
     size_t len = 0;
-    ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
-    buf[len] = 0;
-    close(fd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    int status = proc_child_output(pid, fd[0], buf, sizeof buf, &len);
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     int lines = 0;
     for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';

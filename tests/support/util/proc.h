@@ -36,6 +36,22 @@ static inline int proc_run(const char* const* argv, const char* out_path, const 
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* The parent's half of a forked child whose stderr went to a pipe: reads what the child wrote through fd (the pipe's
+ * read end, closed here) into buf (at most n - 1 bytes, NUL-terminated; *len its length where len is not NULL), then
+ * waits for the child. Returns its wait status (WIFEXITED, WIFSIGNALED, ...). */
+static inline int proc_child_output(pid_t pid, int fd, char* buf, size_t n, size_t* len) {
+    size_t k = 0;
+    ssize_t r;
+    while (k < n - 1 && (r = read(fd, buf + k, n - 1 - k)) > 0) k += (size_t)r;
+    buf[k] = 0;
+    close(fd);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) break;
+    if (len) *len = k;
+    return status;
+}
+
 /* Copy file a to b (created or truncated). Returns 0, or -1. */
 static inline int proc_copy_file(const char* a, const char* b) {
     size_t n;
