@@ -740,17 +740,14 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
         int allow_fixed = !(cfg->act_budget > 0);
-        /* the step in the order it runs; the in-flight cap too where the order may change (pp_plan_order_cap with the
-         * order kept: the configured cap or a tighter multiple, on the measured cost model as the mode; the cap changes
-         * which task a rank runs when, not the order of a kind's microbatches, so the sums are as under the mode) */
-        if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order) {
-            int* ident = mallocCheck(sizeof(int) * (size_t)M);
-            PpMode pm;
-            pp_plan_order_cap(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, 1, pred, &pm, ident, &p->step_cap);
-            free(ident);
-        } else {
-            pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred);
-        }
+        /* the step in the order it runs, and its in-flight cap (pp_plan_order_cap with the order kept: the configured
+         * cap or a tighter multiple, on the estimates as the mode; also under replay, an estimate callback or
+         * parallel.reorder = false, which keep only the order: the cap changes which task a rank runs when, not the
+         * order of a kind's microbatches, so the sums are as under the mode) */
+        int* ident = mallocCheck(sizeof(int) * (size_t)M);
+        PpMode pm;
+        pp_plan_order_cap(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, 1, pred, &pm, ident, &p->step_cap);
+        free(ident);
         *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: the plan's choice */
     }
     /* this step's measurements start empty */

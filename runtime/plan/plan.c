@@ -238,12 +238,10 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         pp_sim_estimated_durations(d, chunks, opt, &est);
         int reorder = 0;
         PpCap run_cap = cap; /* the in-flight cap the step runs under (pp_plan_order_cap) */
-        if (opt && opt->keep_order) {
-            chosen = pp_sim_plan(&est, opt->estimate_error, hint, cap, chunks, 1, pred);
-        } else {
-            reorder = pp_plan_order_cap(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, 0, pred, &chosen, perm,
-                                        &run_cap);
-        }
+        /* keep_order: the mode and the cap planned on the step as it is (as the MPI runtime under replay, with an
+         * estimate callback or parallel.reorder = false) */
+        reorder = pp_plan_order_cap(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, opt && opt->keep_order,
+                                    pred, &chosen, perm, &run_cap);
         pp_durations_free(&est);
         PpPlanLearn* L = opt ? opt->learn : NULL;
         /* exact estimates: the plan's choice is the best of its candidates, nothing to learn. The learner picks

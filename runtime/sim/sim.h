@@ -88,8 +88,9 @@ typedef struct {
     int rollout;            // rollout's variant (PP_ROLLOUT_* bits; 0: as sched.h describes it)
     const int* order;       // the step's microbatches are reordered (d's slot s is microbatch order[s]): slot s's
                             // estimates are microbatch order[s]'s draws (the same estimates, permuted); NULL = as is
-    int keep_order;         // adaptive: plan the mode only (pp_sim_plan), never reorder: as the MPI runtime under
-                            // replay or with an estimate callback (bench_replay), or to compare (bench_adaptive)
+    int keep_order;         // adaptive: plan the mode and the in-flight cap (pp_plan_order_cap, the order kept), never
+                            // reorder: as the MPI runtime under replay, with an estimate callback (bench_replay) or
+                            // parallel.reorder = false, or to compare (bench_adaptive)
 } PpSimOptions;
 /* rollout's variants (experiments, docs/scheduler.md; bits, combined): FIT: continuations on the estimates' low-rank fit
  * (pp_durations_smooth) instead of the estimates; PLAN_BASE: the plan's choice (pp_sim_plan: ready or fixed)

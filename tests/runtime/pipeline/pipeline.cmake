@@ -83,6 +83,13 @@ add_test(NAME pipeline_replay_np8
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "replay: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/pipeline/replay_quick.sh
                  $<TARGET_FILE:rrfp-mm> $<TARGET_FILE:rrfp-bench-replay> ${CMAKE_CURRENT_BINARY_DIR}/replay_quick ${RRFP_MPIRUN})
 set_tests_properties(pipeline_replay_np8 PROPERTIES LABELS mpi TIMEOUT 200)
+# adaptive's in-flight cap in the MPI runtime: on a replayed step whose plan takes a cap tighter than 2x, the step runs
+# that cap (its stats) and keeps to it on every rank, where ready at 2x goes above it (test_plan_cap.c).
+add_executable(test_plan_cap tests/runtime/pipeline/test_plan_cap.c)
+target_link_libraries(test_plan_cap PRIVATE rrfp_core)
+add_test(NAME pipeline_plan_cap_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "pipeline plan cap: ok" timeout 60 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_plan_cap>)
+set_tests_properties(pipeline_plan_cap_np4 PROPERTIES LABELS mpi TIMEOUT 90)
 # rrfp-mm train with runtime.compute = replay:FILE at P = 8: every task once per step, in fixed mode in the
 # hint's order, lasting at least the file's duration, real messages of the microbatches' sizes, the
 # measured makespan at least the simulator's (fixed is monotone); adaptive runs; bad files refused.
