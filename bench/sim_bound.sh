@@ -10,8 +10,12 @@
 # after s, with the latencies) + its backwards (and weight passes) + the shortest backward back through the stages before
 # it; every schedule waits for that too (docs/anyres.md "Readiness-first at 32 stages").
 #
+# With PLANS=1 it then lists adaptive's plan per step, with the estimates off by ERR and exact: the mode it ran, its
+# in-flight cap and whether it reordered the microbatches (`rrfp-mm sim --mode adaptive`'s `adaptive:` lines), and the
+# speedup over fixed-sync 1f1b (docs/anyres.md "At 32 stages with estimates 20% off").
+#
 # Usage: bench/sim_bound.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds, "8 16 32")
-#   env WORKLOADS (default "mm anyres"), HINT (1f1b), CAP (2x), ERR (0.2), PARTITION (balance|path: the split)
+#   env WORKLOADS (default "mm anyres"), HINT (1f1b), CAP (2x), ERR (0.2), PARTITION (balance|path: the split), PLANS
 set -euo pipefail
 BIN=${1:-build/rrfp-mm}
 SEEDS=${2:-3}
@@ -38,10 +42,16 @@ for P in $PS; do
       "$BIN" sim --durations "$f" --mode adaptive --hint "$HINT" --cap "$CAP" --estimate-error "$ERR" \
         --estimate-seed "$seed" --json 2>/dev/null | tr '\n' '\t'
       "$BIN" sim --durations "$f" --mode adaptive --hint "$HINT" --cap "$CAP" --estimate-error 0 --json 2>/dev/null
+      if [ -n "${PLANS:-}" ]; then  # the plan's choice, from the text output's adaptive: lines
+        for e in "$ERR" 0; do
+          "$BIN" sim --durations "$f" --mode adaptive --hint "$HINT" --cap "$CAP" --estimate-error "$e" \
+            --estimate-seed "$seed" 2>&1 | sed -n 's/^adaptive: //p' | tr '\n' '|' >"$T/plan-$P-$wl-$seed-$e.txt"
+        done
+      fi
     done
   done
 done >"$T/rows.tsv"
-HINT=$HINT CAP=$CAP ERR=$ERR python3 - "$T/rows.tsv" <<'PY'
+HINT=$HINT CAP=$CAP ERR=$ERR PLANS=${PLANS:-} python3 - "$T/rows.tsv" <<'PY'
 import json, math, os, sys
 from collections import defaultdict
 rows = defaultdict(list)
@@ -73,4 +83,18 @@ print("|---|---|---|---|---|---|---|---|")
 for (P, wl), v in sorted(rows.items()):
     print(f"| {P} | {wl} | {cell([x[0] for x in v])} | {cell([x[1] for x in v])} | {cell([x[2] for x in v])} | "
           f"{sum(x[3] for x in v) / len(v):.3f} | {cell([x[4] for x in v])} | {sum(x[5] for x in v) / len(v):.3f} |")
+if os.environ["PLANS"]:
+    import re
+    def plan(P, wl, seed, err):
+        t = open(os.path.join(os.path.dirname(sys.argv[1]), f"plan-{P}-{wl}-{seed}-{err}.txt")).read()
+        mode = re.search(r"ran (\w+)", t)
+        cap = re.search(r"in-flight cap ([0-9.]+x)", t)
+        return f"{mode.group(1) if mode else '?'} {cap.group(1) if cap else c}{', ends order' if 'reordered' in t else ''}"
+    print(f"\n| P | workload | seed | estimates off by {e}: plan, speedup | exact: plan, speedup |")
+    print("|---|---|---|---|---|")
+    for line in open(sys.argv[1]):
+        P, wl, seed, f, fs, ad, ex = line.rstrip("\n").split("\t")
+        fs, ad, ex = json.loads(fs), json.loads(ad), json.loads(ex)
+        print(f"| {P} | {wl} | {seed} | {plan(P, wl, seed, e)}, {fs['makespan'] / ad['makespan']:.4f} | "
+              f"{plan(P, wl, seed, 0)}, {fs['makespan'] / ex['makespan']:.4f} |")
 PY
