@@ -27,8 +27,8 @@
  *   continuations on the estimates' fit, 2 the plan's choice as the only base), and its counters and time per
  *   case are printed at the end. Every run's schedule is checked (pp_exec_check). adaptive chooses the step's
  *   microbatch order too (pp_plan_order): the count of steps it reordered is printed at the end; --keep-order
- *   plans the mode only, as before (the third round's experiment, --order-choice MARGIN, is at e345bb6; its
- *   reordered steps had fresh estimate draws). */
+ *   keeps the order (the mode and the in-flight cap still planned; the third round's experiment, --order-choice
+ *   MARGIN, is at e345bb6; its reordered steps had fresh estimate draws). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +112,7 @@ static const Gen gens[] = {
 /* the last run's predictions (adaptive's plan; NAN otherwise) and the mode it ran, for --all */
 static double last_pred[3];
 static PpMode last_chosen;
-static int keep_order;                // --keep-order: adaptive plans the mode only (PpSimOptions.keep_order)
+static int keep_order;                // --keep-order: adaptive never reorders (PpSimOptions.keep_order)
 static int last_reordered;            // the last run's step ran reordered (adaptive's order choice)
 static long n_reordered, n_mode_steps; // over MODE's steps
 
