@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/json.h"
 #include "engine/util.h"
 #include "text/bpe_internal.h"
 #include "text/tokenizer_impl.h"
@@ -839,10 +840,9 @@ static void decode_table_build(Tokenizer* t) {
 
 Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, char* err, size_t err_len) {
     if (!name) name = "tokenizer.json";
-    cJSON* root = cJSON_ParseWithLength(json, len);
+    size_t off = 0;
+    cJSON* root = rr_json_parse_whole(json, len, &off);
     if (!root) {
-        const char* at = cJSON_GetErrorPtr();
-        size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
         int line = 1;
         for (size_t i = 0; i < off; i++) line += json[i] == '\n';
         rr_fail(err, err_len, "%s:%d: not valid JSON (near byte %zu)", name, line, off);

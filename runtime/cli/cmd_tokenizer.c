@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/args.h"
@@ -351,11 +352,11 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
     char where[600];
     int rc = 0;
     if (i < n && buf[i] == '[') {
-        cJSON* root = cJSON_ParseWithLength(buf, n);
+        size_t off = 0;
+        cJSON* root = rr_json_parse_whole(buf, n, &off);
         if (!root) {
-            const char* at = cJSON_GetErrorPtr();
             int line = 1;
-            for (const char* p = buf; at && p < at && p < buf + n; p++) line += *p == '\n';
+            for (size_t k = 0; k < off && k < n; k++) line += buf[k] == '\n';
             fprintf(stderr, "rrfp-mm: error: %s:%d: not valid JSON (a manifest is a JSON array of samples or JSONL)\n",
                     path, line);
             free(buf);
@@ -378,7 +379,7 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
             size_t j = start;
             while (j < end && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r')) j++;
             if (j < end) {
-                cJSON* s = cJSON_ParseWithLength(buf + start, end - start);
+                cJSON* s = rr_json_parse_whole(buf + start, end - start, NULL);
                 snprintf(where, sizeof where, "%s:%d", path, line);
                 if (!s) {
                     fprintf(stderr, "rrfp-mm: error: %s: not valid JSON (a manifest is a JSON array of samples or JSONL)\n",
