@@ -338,6 +338,7 @@ static int feed_sample(BpeTrainer* tr, const cJSON* sample, const char* where, l
 
 /* A LLaVA manifest: one JSON array of samples, or JSONL (one sample per non-empty line). */
 static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples, long long* n_turns) {
+    const long long before = *n_samples;
     size_t n;
     char* buf = rr_read_file(path, &n, RR_MAX_MANIFEST);
     if (!buf) {
@@ -395,6 +396,13 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
         }
     }
     free(buf);
+    /* an empty manifest (or a FIFO with no writer, which reads as empty) trains nothing: a tokenizer of
+     * bytes only, written as if it had learnt from the file */
+    if (rc == 0 && *n_samples == before) {
+        fprintf(stderr, "rrfp-mm: error: %s: the manifest holds no samples (expected a JSON array of samples or JSONL)\n",
+                path);
+        rc = -1;
+    }
     return rc;
 }
 
