@@ -638,7 +638,9 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         const cJSON* id = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON* content = cJSON_GetObjectItemCaseSensitive(it, "content");
         AddedToken* a = &t->added[t->n_added];
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 28) || !cJSON_IsString(content)) {
+        /* a whole number (1.5 was read as 1); the cast only once the range is known */
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 28) ||
+            id->valuedouble != (double)(int)id->valuedouble || !cJSON_IsString(content)) {
             rr_fail(err, err_len, "%s: added_tokens[%d]: needs an integer \"id\" in [0, 2^28) and a string \"content\"",
                     name, i);
             rc = -1;

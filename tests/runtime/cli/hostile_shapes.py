@@ -276,6 +276,25 @@ def cut_cases(ck, shard):
     for hl in [2 ** 63 - 1, 2 ** 64 - 1, n + 1, len(raw)]:
         w("c/hl.safetensors", struct.pack("<Q", hl) + raw[8:])
         refused("tensors ls: header length %d" % hl, [EXE, "tensors", "ls", "c/hl.safetensors"], ["hl.safetensors"])
+    # tokenizer.json ids and config.json sizes: 2^63-1, 2^64-1, -1, 1e999, 1.5
+    tj = json.load(open(os.path.join(WORK, "tok.json")))
+    first = next(iter(tj["model"]["vocab"]))
+    for v in ["9223372036854775807", "18446744073709551615", "-1", "1e999", "1.5"]:
+        for where in ["model.vocab", "added_tokens"]:
+            j = json.loads(json.dumps(tj))
+            if where == "model.vocab":
+                j["model"]["vocab"][first] = "@V@"
+            else:
+                j["added_tokens"][0]["id"] = "@V@"
+            w("c/tv.json", json.dumps(j).replace('"@V@"', v))
+            refused("tokenizer.json: %s id %s" % (where, v), [EXE, "tokenizer", "info", "--tokenizer", "c/tv.json"],
+                    ["tv.json", where])
+        cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "intermediate_size": 172, "vocab_size": 300, "rms_norm_eps": 1e-5, "max_position_embeddings": 256}
+        for key in ["hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"]:
+            w("c/hf/config.json", json.dumps(dict(cfg, **{key: "@V@"})).replace('"@V@"', v))
+            refused("config.json: %s = %s" % (key, v), [EXE, "import", "llama", "--hf", "c/hf", "--out", "o/imp"],
+                    ["config.json", key], outs=["o/imp"])
     # a shard cut inside every part (header, frames, index, trailer: the index and trailer are at the end)
     sraw = open(shard, "rb").read()
     L = len(sraw)
