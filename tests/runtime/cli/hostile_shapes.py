@@ -205,8 +205,10 @@ def shape_cases(ck, tok, shards):
     slot("pack --tokenizer", "s/tok.json", lambda p: [EXE, "pack", "--manifest", "demo/train.json", "--images",
                                                       "demo/images", "--tokenizer", p, "--out", "o/packed"],
          outs=["o/packed"])
+    # a folder of safetensors files is a right input; a link loop is named as one (was: "no such file")
     slot("tensors ls", "s/m.safetensors", lambda p: [EXE, "tensors", "ls", p],
-         shapes=[s for s in SHAPES if s != "a directory"])  # a folder of safetensors files is a right input
+         shapes=[s for s in SHAPES if s != "a directory"],
+         must_of=lambda p, shape: ["m.safetensors"] + (["symbolic links"] if shape == "a link loop" else []))
     slot("tensors diff", "s/m.safetensors", lambda p: [EXE, "tensors", "diff", p, os.path.join(ck, "model.safetensors")],
          shapes=[s for s in SHAPES if s != "a directory"])
     # a shard given by name, and a shard inside the data.shards folder (was: a FIFO hung in open())
