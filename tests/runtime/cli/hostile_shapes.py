@@ -9,7 +9,8 @@ and outputs that fail while they are written:
     job catches SIGTERM, so a hang is killed with SIGKILL after the timeout and fails), /dev/zero and
     /dev/urandom (endless: refused unread), a symbolic link loop, an empty file and a missing path;
   - files cut at every section boundary (safetensors: inside the length, after it, inside the header, after
-    it, inside the data; a shard: inside its header, frames, index and trailer; a duration file in half);
+    it, inside the data; a shard: inside its header, frames, index and trailer; a duration file every 9
+    bytes; state.json);
   - size fields of 2^63-1, 2^64-1, -1, 1e999 (infinity) and 1.5 in a safetensors header, a duration file,
     config.json, tokenizer.json and state.json;
   - JSON files with a second value, garbage or a NUL byte after their one value (was: read in part);
@@ -297,6 +298,20 @@ def cut_cases(ck, shard):
             w("c/hf/config.json", json.dumps(dict(cfg, **{key: "@V@"})).replace('"@V@"', v))
             refused("config.json: %s = %s" % (key, v), [EXE, "import", "llama", "--hf", "c/hf", "--out", "o/imp"],
                     ["config.json", key], outs=["o/imp"])
+    # a duration file and state.json cut inside every value (a JSON text is whole or refused)
+    for at in range(1, len(DUR_BASE), 9):
+        w("c/d.json", DUR_BASE[:at])
+        refused("sim: duration file cut at byte %d of %d" % (at, len(DUR_BASE)), [EXE, "sim", "--durations", "c/d.json"],
+                ["d.json"])
+    state = open(os.path.join(ck, "state.json"), "rb").read().rstrip()
+    for at in [1, len(state) // 3, len(state) // 2, len(state) - 1]:
+        d = os.path.join(WORK, "c/ck_state")
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        shutil.copytree(ck, d)
+        open(os.path.join(d, "state.json"), "wb").write(state[:at])
+        refused("eval: state.json cut at byte %d of %d" % (at, len(state)), [EXE, "eval", *CLIP_RECIPE, "--checkpoint",
+                d, "--samples", "2"], ["state.json"])
     # a shard cut inside every part (header, frames, index, trailer: the index and trailer are at the end)
     sraw = open(shard, "rb").read()
     L = len(sraw)
