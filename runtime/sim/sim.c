@@ -42,11 +42,10 @@ static int json_error_line(const char* text, const char* at) {
 }
 
 /* A value as the message shows it: cJSON prints a number beyond the double range (1e999, read as infinity)
- * as "null", which is not what the file says. Returns a malloc'd string. */
+ * as "null", which is not what the file says. Returns a malloc'd string (NULL when out of memory). */
 static char* value_text(const cJSON* x) {
     if (cJSON_IsNumber(x) && !isfinite(x->valuedouble)) return strdup("a number beyond the range of a double");
-    char* js = cJSON_PrintUnformatted(x);
-    return js ? js : strdup("?");
+    return cJSON_PrintUnformatted(x);
 }
 
 static int parse_matrix(const cJSON* root, const char* key, const char* name, int P, int M, double** out,
@@ -83,7 +82,7 @@ static int parse_matrix(const cJSON* root, const char* key, const char* name, in
             if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < 0) {
                 char* js = value_text(x);
                 snprintf(err, errlen, "%s: %s[%d][%d] must be a finite non-negative number, got %s", name, key, s, m,
-                         js);
+                         js ? js : "?");
                 free(js);
                 free(v);
                 return -1;
@@ -107,7 +106,7 @@ static int parse_count(const cJSON* root, const char* key, const char* name, int
     if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 ||
         x->valuedouble > max) {
         char* js = value_text(x);
-        snprintf(err, errlen, "%s: \"%s\" must be an integer in [1, %d], got %s", name, key, max, js);
+        snprintf(err, errlen, "%s: \"%s\" must be an integer in [1, %d], got %s", name, key, max, js ? js : "?");
         free(js);
         return -1;
     }
@@ -212,7 +211,7 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
     if (lat) {
         if (!cJSON_IsNumber(lat) || !isfinite(lat->valuedouble) || lat->valuedouble < 0) {
             char* js = value_text(lat);
-            snprintf(err, errlen, "%s: \"latency\" must be a finite non-negative number, got %s", name, js);
+            snprintf(err, errlen, "%s: \"latency\" must be a finite non-negative number, got %s", name, js ? js : "?");
             free(js);
             goto done;
         }
