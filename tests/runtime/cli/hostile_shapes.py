@@ -5,7 +5,7 @@ The fuzzers feed bytes to the readers; this feeds paths that are not files to ev
 and outputs that fail while they are written:
   - every input slot (a recipe, a duration file, a trace, a tokenizer, a manifest, a shard, a safetensors
     file, a checkpoint folder and its state.json / model file, an image, a run folder, a Hugging Face
-    folder) given a directory, a FIFO with no writer (opening one blocks: it must not hang, and a training
+    folder) given a directory, an unreadable file (a few), a FIFO with no writer (opening one blocks: it must not hang, and a training
     job catches SIGTERM, so a hang is killed with SIGKILL after the timeout and fails), /dev/zero and
     /dev/urandom (endless: refused unread), a symbolic link loop, an empty file and a missing path;
   - files cut at every section boundary (safetensors: inside the length, after it, inside the header, after
@@ -212,6 +212,22 @@ def shape_cases(ck, tok, shards):
          must_of=lambda p, shape: ["m.safetensors"] + (["symbolic links"] if shape == "a link loop" else []))
     slot("tensors diff", "s/m.safetensors", lambda p: [EXE, "tensors", "diff", p, os.path.join(ck, "model.safetensors")],
          shapes=[s for s in SHAPES if s != "a directory"])
+    # a file that cannot be read (mode 000; as root, which reads it anyway, the command runs as nobody)
+    def as_nobody():
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+    for name, rel, data, args_of in [
+            ("sim --durations", "s/ro_d.json", DUR_BASE, lambda p: [EXE, "sim", "--durations", p]),
+            ("tokenizer info", "s/ro_tok.json", open(tok, "rb").read(), lambda p: [EXE, "tokenizer", "info", "--tokenizer", p]),
+            ("tensors ls", "s/ro.safetensors", open(os.path.join(ck, "model.safetensors"), "rb").read(),
+             lambda p: [EXE, "tensors", "ls", p])]:
+        p = os.path.join(WORK, rel)
+        open(p, "wb").write(data)
+        os.chmod(p, 0)
+        refused("%s: an unreadable file" % name, args_of(p), [os.path.basename(rel), "denied"], preexec=as_nobody)
+        os.remove(p)
     # a shard given by name, and a shard inside the data.shards folder (was: a FIFO hung in open())
     slot("train data.shards FILE", "s/shard-00000.rrs", lambda p: train_shards + ["--set", "data.shards=" + p],
          own=["run_sh"], shapes=[s for s in SHAPES if s not in ("a directory", "missing")])
