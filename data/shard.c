@@ -386,11 +386,20 @@ bad:
 int shard_open(const char* path, Shard* s, char* err, size_t err_len) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
-    s->fd = open(path, O_RDONLY);
+    /* opened without waiting: a FIFO named like a shard would block open() forever (and a training
+     * job catches SIGTERM); only a regular file is a shard */
+    s->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (s->fd < 0 || fstat(s->fd, &st) != 0) {
         snprintf(err, err_len, "%s: cannot open the shard: %s", path, strerror(errno));
         if (s->fd >= 0) close(s->fd);
+        s->fd = -1;
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, err_len, "%s: cannot open the shard: %s, not a regular file", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
+        close(s->fd);
         s->fd = -1;
         return -1;
     }

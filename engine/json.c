@@ -13,7 +13,7 @@ cJSON* rr_read_json(const char* path, size_t max) {
     size_t n;
     char* text = rr_read_file(path, &n, max);
     if (!text) return NULL;
-    cJSON* j = cJSON_ParseWithLength(text, n);
+    cJSON* j = rr_json_parse_whole(text, n, NULL);
     free(text);
     errno = 0;
     return j;
@@ -31,7 +31,7 @@ cJSON* rr_read_json_object(const char* path, size_t max, const char* expected, c
     }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        rr_fail(err, err_len, "%s: not a JSON object", path);
+        rr_fail(err, err_len, "%s: not a JSON object (or not only one: nothing may follow it)", path);
         errno = 0;
         return NULL;
     }

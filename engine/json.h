@@ -16,6 +16,29 @@
 cJSON* rr_read_json_object(const char* path, size_t max, const char* expected, const char* fmt, char* err,
                            size_t err_len);
 
+/* The one JSON value that text[0..n) holds, or NULL when it does not parse or when anything but whitespace
+ * (a second value, a NUL byte, garbage) follows it: a file with something after its JSON is damaged, not
+ * read in part (cJSON_ParseWithLength stops after the first value). *bad_at (may be NULL) is then the
+ * offset of the fault: cJSON's error position, or the first byte after the value. A UTF-8 byte-order mark
+ * at the start is skipped, as cJSON does. Inline: the tokenizer, built alone into its fuzz target, uses it. */
+static inline cJSON* rr_json_parse_whole(const char* text, size_t n, size_t* bad_at) {
+    const char* end = NULL;
+    cJSON* j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (!j) {
+        const char* at = cJSON_GetErrorPtr();
+        if (bad_at) *bad_at = at && at >= text && at <= text + n ? (size_t)(at - text) : 0;
+        return NULL;
+    }
+    size_t i = end && end >= text && end <= text + n ? (size_t)(end - text) : n;
+    while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) i++;
+    if (i < n) {
+        cJSON_Delete(j);
+        if (bad_at) *bad_at = i;
+        return NULL;
+    }
+    return j;
+}
+
 /* The same without a message or the object check: the parsed JSON value of the file, or NULL when it
  * cannot be read (errno set) or does not parse (errno 0). */
 cJSON* rr_read_json(const char* path, size_t max);

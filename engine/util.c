@@ -249,6 +249,13 @@ char* rr_read_file(const char* path, size_t* size, size_t max) {
         errno = EISDIR;
         return NULL;
     }
+    /* a device (/dev/zero, /dev/urandom, a terminal) is never a file to read whole: an endless one would be
+     * read up to the cap, 16 GiB for a manifest. Pipes and FIFOs are read (up to one byte past the cap). */
+    if (fstat(fileno(f), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+        fclose(f);
+        errno = ENODEV;
+        return NULL;
+    }
     char* buf = rr_read_stream(f, size, max);
     int e = errno;
     fclose(f);
@@ -272,6 +279,10 @@ void rr_fmt_bytes(char* buf, size_t n, uint64_t bytes) {
 const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n) {
     if (errnum == EISDIR) {
         snprintf(buf, n, "is a directory, expected %s", expected);
+        return buf;
+    }
+    if (errnum == ENODEV) {
+        snprintf(buf, n, "a device, not a regular file or pipe; expected %s", expected);
         return buf;
     }
     if (errnum == EFBIG) {

@@ -75,14 +75,16 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size);
 
 /* Read a whole file into a malloc'd buffer (NUL-terminated for convenience; *size excludes the NUL),
  * refusing a file of more than `max` bytes (one of the RR_MAX_* caps) before reading it, or, when its
- * size is not known in advance (a pipe, a device), as soon as more than `max` bytes arrive. Returns NULL
- * with errno set on failure (EISDIR for a directory, EFBIG over the cap). */
+ * size is not known in advance (a pipe, a FIFO), as soon as more than `max` bytes arrive. A character or
+ * block device (/dev/zero) is refused unread. Returns NULL with errno set on failure (EISDIR for a
+ * directory, ENODEV for a device, EFBIG over the cap). */
 char* rr_read_file(const char* path, size_t* size, size_t max);
 /* The same for an open stream (stdin), from its current position; the stream stays open. */
 char* rr_read_stream(FILE* f, size_t* size, size_t max);
 
 /* The reason rr_read_file failed with errno errnum, for "PATH: <reason>": strerror, except for a
- * directory: "is a directory, expected <expected>" (expected = "a JPEG file"), and over the cap: "larger
+ * directory: "is a directory, expected <expected>" (expected = "a JPEG file"), a device: "a device, not a
+ * regular file or pipe; expected <expected>", and over the cap: "larger
  * than 4 MiB, the limit for <expected>" (the cap of this thread's last rr_read_file). The text is in buf
  * or static. This function can't fail. */
 const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n);

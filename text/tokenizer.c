@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/json.h"
 #include "engine/util.h"
 #include "text/bpe_internal.h"
 #include "text/tokenizer_impl.h"
@@ -637,7 +638,9 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         const cJSON* id = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON* content = cJSON_GetObjectItemCaseSensitive(it, "content");
         AddedToken* a = &t->added[t->n_added];
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 28) || !cJSON_IsString(content)) {
+        /* a whole number (1.5 was read as 1); the cast only once the range is known */
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 28) ||
+            id->valuedouble != (double)(int)id->valuedouble || !cJSON_IsString(content)) {
             rr_fail(err, err_len, "%s: added_tokens[%d]: needs an integer \"id\" in [0, 2^28) and a string \"content\"",
                     name, i);
             rc = -1;
@@ -839,10 +842,9 @@ static void decode_table_build(Tokenizer* t) {
 
 Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, char* err, size_t err_len) {
     if (!name) name = "tokenizer.json";
-    cJSON* root = cJSON_ParseWithLength(json, len);
+    size_t off = 0;
+    cJSON* root = rr_json_parse_whole(json, len, &off);
     if (!root) {
-        const char* at = cJSON_GetErrorPtr();
-        size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
         int line = 1;
         for (size_t i = 0; i < off; i++) line += json[i] == '\n';
         rr_fail(err, err_len, "%s:%d: not valid JSON (near byte %zu)", name, line, off);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/json.h"
 #include "engine/util.h"
 #include "text/tokenizer.h"
 
@@ -38,7 +39,7 @@ char* tokenizer_json_add_special(const char* json, size_t len, const char* name,
     /* the file as the engine reads it: its ids are the ones HF gives on load */
     Tokenizer* tok = tokenizer_load_json(json, len, name, err, err_len);
     if (!tok) return NULL;
-    cJSON* root = cJSON_ParseWithLength(json, len);
+    cJSON* root = rr_json_parse_whole(json, len, NULL);
     RR_ASSERT(root); /* the loader parsed it */
     cJSON* at = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
     if (!at || cJSON_IsNull(at)) {

@@ -515,8 +515,15 @@ int cmd_generate(int argc, char** argv) {
         for (int k = 0; k < n_image && ok; k++) ok = (b[k] = generate_read_image(image[k], &n[k], err, sizeof err)) != NULL;
         char* answer = NULL;
         GenStats st;
-        if (!ok || generator_answer(g, prompt, (const uint8_t* const*)b, n, n_image, &o, &answer, &st, err, sizeof err) != 0) {
+        int at = 0, used = 0;
+        if (!ok) {
             fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        } else if (generator_answer(g, prompt, (const uint8_t* const*)b, n, n_image, &o, &answer, &st, err, sizeof err) != 0) {
+            /* "image K: why" (generate.c, K from 1): the file is named, not only its place */
+            if (sscanf(err, "image %d: %n", &at, &used) == 1 && used > 0 && at >= 1 && at <= n_image)
+                fprintf(stderr, "rrfp-mm: error: --image %s (image %d): %s\n", image[at - 1], at, err + used);
+            else
+                fprintf(stderr, "rrfp-mm: error: %s\n", err);
         } else {
             printf("%s\n", answer);
             generate_print_stats(&st, &o);

@@ -2,6 +2,7 @@
  * them (checkpoint shards of several pipeline ranks are merged by name). `diff` is how the pipeline
  * equivalence tests compare a parallel step with the single-process step. */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
     memset(s, 0, sizeof *s);
     struct stat st;
     if (stat(path, &st) != 0) {
-        fprintf(stderr, "rrfp-mm: error: cannot open '%s': no such file or directory\n", path);
+        fprintf(stderr, "rrfp-mm: error: cannot open '%s': %s\n", path, strerror(errno)); /* ELOOP, EACCES too */
         return -1;
     }
     char** names = NULL;

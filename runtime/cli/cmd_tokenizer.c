@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/args.h"
@@ -337,6 +338,7 @@ static int feed_sample(BpeTrainer* tr, const cJSON* sample, const char* where, l
 
 /* A LLaVA manifest: one JSON array of samples, or JSONL (one sample per non-empty line). */
 static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples, long long* n_turns) {
+    const long long before = *n_samples;
     size_t n;
     char* buf = rr_read_file(path, &n, RR_MAX_MANIFEST);
     if (!buf) {
@@ -351,11 +353,11 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
     char where[600];
     int rc = 0;
     if (i < n && buf[i] == '[') {
-        cJSON* root = cJSON_ParseWithLength(buf, n);
+        size_t off = 0;
+        cJSON* root = rr_json_parse_whole(buf, n, &off);
         if (!root) {
-            const char* at = cJSON_GetErrorPtr();
             int line = 1;
-            for (const char* p = buf; at && p < at && p < buf + n; p++) line += *p == '\n';
+            for (size_t k = 0; k < off && k < n; k++) line += buf[k] == '\n';
             fprintf(stderr, "rrfp-mm: error: %s:%d: not valid JSON (a manifest is a JSON array of samples or JSONL)\n",
                     path, line);
             free(buf);
@@ -378,7 +380,7 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
             size_t j = start;
             while (j < end && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r')) j++;
             if (j < end) {
-                cJSON* s = cJSON_ParseWithLength(buf + start, end - start);
+                cJSON* s = rr_json_parse_whole(buf + start, end - start, NULL);
                 snprintf(where, sizeof where, "%s:%d", path, line);
                 if (!s) {
                     fprintf(stderr, "rrfp-mm: error: %s: not valid JSON (a manifest is a JSON array of samples or JSONL)\n",
@@ -394,6 +396,13 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
         }
     }
     free(buf);
+    /* an empty manifest (or a FIFO with no writer, which reads as empty) trains nothing: a tokenizer of
+     * bytes only, written as if it had learnt from the file */
+    if (rc == 0 && *n_samples == before) {
+        fprintf(stderr, "rrfp-mm: error: %s: the manifest holds no samples (expected a JSON array of samples or JSONL)\n",
+                path);
+        rc = -1;
+    }
     return rc;
 }
 

@@ -266,7 +266,7 @@ static void ex_grow_rows(ExList* l, const char* name, int64_t V, int64_t Vout) {
 static char* ex_tokenizer_config_add_image(const char* src, const char* text, size_t n, int id, char* err,
                                            size_t err_len) {
     err[0] = 0;
-    cJSON* j = cJSON_ParseWithLength(text, n);
+    cJSON* j = rr_json_parse_whole(text, n, NULL);
     if (!j || !cJSON_IsObject(j)) {
         rr_fail(err, err_len, "%s: not a JSON object: cannot add <image> to it", src);
         cJSON_Delete(j);

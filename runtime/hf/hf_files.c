@@ -14,6 +14,7 @@
 #include "data/image.h"
 #include "data/shard.h"
 #include "data/template.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/train/trained.h"
 #include "text/tokenizer.h"
@@ -98,7 +99,7 @@ static cJSON* read_json(const char* dir, const char* file) {
     size_t cap = !strcmp(file, "tokenizer.json") ? RR_MAX_TOKENIZER : RR_MAX_JSON;
     char* text = is_regular(path) ? rr_read_file(path, &n, cap) : NULL;
     if (!text) return NULL;
-    cJSON* j = cJSON_ParseWithLength(text, n);
+    cJSON* j = rr_json_parse_whole(text, n, NULL);
     free(text);
     if (j && !cJSON_IsObject(j)) {
         cJSON_Delete(j);

@@ -227,7 +227,7 @@ int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, ch
         (*files)[(*nf)++] = strdup("model.safetensors");
         return 0;
     }
-    cJSON* j = cJSON_ParseWithLength(text, n);
+    cJSON* j = rr_json_parse_whole(text, n, NULL);
     free(text);
     const cJSON* wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
     int rc = 0, count = cJSON_IsObject(wm) ? cJSON_GetArraySize(wm) : 0;

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
@@ -38,6 +39,13 @@ static int json_error_line(const char* text, const char* at) {
     for (const char* p = text; p < at && *p; p++)
         if (*p == '\n') line++;
     return line;
+}
+
+/* A value as the message shows it: cJSON prints a number beyond the double range (1e999, read as infinity)
+ * as "null", which is not what the file says. Returns a malloc'd string (NULL when out of memory). */
+static char* value_text(const cJSON* x) {
+    if (cJSON_IsNumber(x) && !isfinite(x->valuedouble)) return strdup("a number beyond the range of a double");
+    return cJSON_PrintUnformatted(x);
 }
 
 static int parse_matrix(const cJSON* root, const char* key, const char* name, int P, int M, double** out,
@@ -72,7 +80,7 @@ static int parse_matrix(const cJSON* root, const char* key, const char* name, in
         const cJSON* x;
         cJSON_ArrayForEach(x, row) {
             if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < 0) {
-                char* js = cJSON_PrintUnformatted(x);
+                char* js = value_text(x);
                 snprintf(err, errlen, "%s: %s[%d][%d] must be a finite non-negative number, got %s", name, key, s, m,
                          js ? js : "?");
                 free(js);
@@ -97,7 +105,7 @@ static int parse_count(const cJSON* root, const char* key, const char* name, int
     }
     if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 ||
         x->valuedouble > max) {
-        char* js = cJSON_PrintUnformatted(x);
+        char* js = value_text(x);
         snprintf(err, errlen, "%s: \"%s\" must be an integer in [1, %d], got %s", name, key, max, js ? js : "?");
         free(js);
         return -1;
@@ -167,6 +175,30 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
                  "\"W\"} at the top level", name);
         goto done;
     }
+    /* the keys: each at most once (cJSON would take the first of two "F"s and drop the other), and none that
+     * differs from one only in case ("w" or "Latency" would be ignored: a silently unsplit or zero-latency
+     * step). Other keys (a generator's own metadata) are ignored (docs/scheduler.md "The simulator's
+     * semantics"). */
+    {
+        static const char* known[] = {"stages", "microbatches", "latency", "F", "B", "W"};
+        int seen[6] = {0};
+        const cJSON* k;
+        cJSON_ArrayForEach(k, root) {
+            for (int i = 0; i < 6; i++) {
+                if (!k->string) continue;
+                if (!strcmp(k->string, known[i]) && seen[i]++) {
+                    snprintf(err, errlen, "%s: key \"%s\" appears more than once; allowed: each key once", name,
+                             known[i]);
+                    goto done;
+                }
+                if (strcmp(k->string, known[i]) && !strcasecmp(k->string, known[i])) {
+                    snprintf(err, errlen, "%s: key \"%s\" is not \"%s\" (keys are case-sensitive: it would be "
+                             "ignored)", name, k->string, known[i]);
+                    goto done;
+                }
+            }
+        }
+    }
     if (parse_count(root, "stages", name, 65536, &d->P, err, errlen)) goto done;
     if (parse_count(root, "microbatches", name, 1 << 20, &d->M, err, errlen)) goto done;
     char why[512];
@@ -178,7 +210,7 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
     d->latency = 0;
     if (lat) {
         if (!cJSON_IsNumber(lat) || !isfinite(lat->valuedouble) || lat->valuedouble < 0) {
-            char* js = cJSON_PrintUnformatted(lat);
+            char* js = value_text(lat);
             snprintf(err, errlen, "%s: \"latency\" must be a finite non-negative number, got %s", name, js ? js : "?");
             free(js);
             goto done;
@@ -205,6 +237,14 @@ int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen
     char* text = rr_read_file_err(path, &size, RR_MAX_JSON, "a duration file (JSON, docs/scheduler.md)", err, errlen,
                                   "cannot read duration file '%s': %s");
     if (!text) {
+        memset(d, 0, sizeof *d);
+        return -1;
+    }
+    /* the parser reads a C string: what follows a NUL byte would be dropped unread */
+    const char* nul = memchr(text, 0, size);
+    if (nul) {
+        snprintf(err, errlen, "%s: a NUL byte at offset %zu (a duration file is JSON text)", path, (size_t)(nul - text));
+        free(text);
         memset(d, 0, sizeof *d);
         return -1;
     }

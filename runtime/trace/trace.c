@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/trace/trace.h"
 
@@ -252,11 +253,11 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     char* text = rr_read_file_err(path, &size, RR_MAX_JSONL, "a Chrome trace JSON file (RUN_DIR/trace-rank*.json)",
                                   err, errlen, "cannot read trace '%s': %s");
     if (!text) return -1;
-    cJSON* root = cJSON_ParseWithLength(text, size);
+    size_t off = 0;
+    cJSON* root = rr_json_parse_whole(text, size, &off);
     if (!root) {
-        const char* at = cJSON_GetErrorPtr();
         int line = 1;
-        for (const char* p = text; at && p < at && *p; p++) line += *p == '\n';
+        for (size_t i = 0; i < off && i < size; i++) line += text[i] == '\n';
         snprintf(err, errlen, "%s:%d: not valid JSON (expected a Chrome trace: {\"traceEvents\": [...]} or [...])", path,
                  line);
         free(text);

@@ -50,7 +50,7 @@ add_executable(test_gemm_desc tests/engine/test_gemm_desc.c)
 target_link_libraries(test_gemm_desc PRIVATE rrfp_core)
 add_test(NAME cuda_gemm_desc COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gemm_desc: ok" $<TARGET_FILE:test_gemm_desc>)
 
-# the helpers underneath: rr_read_file's caps (regular files, /dev/zero, pipes), rr_remove_tree (symbolic
+# the helpers underneath: rr_read_file's caps (regular files, pipes, a FIFO; /dev/zero refused), rr_remove_tree (symbolic
 # links not followed, shell syntax in names), checked 64-bit arithmetic, the slice-description parser
 add_executable(test_hostile_util tests/engine/test_hostile_util.c)
 target_link_libraries(test_hostile_util PRIVATE rrfp_core)

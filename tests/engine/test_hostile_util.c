@@ -1,6 +1,7 @@
 /* test_hostile_util.c — the helpers the hostile-input checks rest on, one by one:
  *   rr_read_file's cap: a regular file over it is refused before it is read (EFBIG, the message names the
- *     limit and the kind), exactly the cap is read, a stream (/dev/zero, a pipe) stops one byte past it;
+ *     limit and the kind), exactly the cap is read, a stream (a pipe, a FIFO) stops one byte past it, a
+ *     device (/dev/zero, /dev/urandom) is refused unread (ENODEV);
  *   rr_remove_tree: removes a tree, does not follow a symbolic link out of it (the target survives), a
  *     missing path is success, a path with quotes, spaces and $(...) is a path;
  *   rr_mul_i64 / rr_add_i64: overflow and negative operands refused;
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/params.h"
@@ -58,9 +60,38 @@ static void read_cap_test(const char* work) {
     free(s);
     errno = 0;
     CHECK(!rr_read_file(work, &n, 10) && errno == EISDIR, "a directory: errno %d", errno);
-    /* a stream whose size is unknown: /dev/zero stops one byte past the cap */
+    /* a device is refused unread (/dev/zero would be read up to the cap, 16 GiB for a manifest) */
     errno = 0;
-    CHECK(!rr_read_file("/dev/zero", &n, 1 << 20) && errno == EFBIG, "/dev/zero: errno %d", errno);
+    CHECK(!rr_read_file("/dev/zero", &n, 1 << 20) && errno == ENODEV, "/dev/zero: errno %d", errno);
+    errno = 0;
+    CHECK(!rr_read_file("/dev/urandom", &n, 1 << 20) && errno == ENODEV, "/dev/urandom: errno %d", errno);
+    CHECK(strstr(rr_read_file_why(ENODEV, "a manifest", why, sizeof why), "a device") != NULL, "device message");
+    /* a stream whose size is unknown stops one byte past the cap: a FIFO fed more than the cap */
+    {
+        char fifo[4200];
+        snprintf(fifo, sizeof fifo, "%s/fifo", work);
+        RR_ASSERT(mkfifo(fifo, 0600) == 0);
+        pid_t w = fork();
+        RR_ASSERT(w >= 0);
+        if (w == 0) { /* the writer: 1 MiB + 4096 bytes, then EOF */
+            int fd = open(fifo, O_WRONLY);
+            static char zeros[4096];
+            for (int i = 0; fd >= 0 && i < 257; i++)
+                if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros) break;
+            _exit(0);
+        }
+        /* opened without waiting for the writer: until it opens its end, the FIFO may read as empty */
+        int tries = 0;
+        do {
+            errno = 0;
+            s = rr_read_file(fifo, &n, 1 << 20);
+            if (s) free(s);
+        } while (s && n == 0 && ++tries < 1000 && usleep(1000) == 0);
+        CHECK(!s && errno == EFBIG, "a FIFO past the cap: errno %d", errno);
+        kill(w, SIGKILL);
+        waitpid(w, NULL, 0);
+        unlink(fifo);
+    }
     /* a pipe: what fits is read whole, more is refused */
     int pfd[2];
     RR_ASSERT(pipe(pfd) == 0);

@@ -82,6 +82,15 @@ put("durations", "p2m2", json.dumps({"stages": 2, "microbatches": 2, "latency": 
 put("durations", "split", json.dumps({"stages": 2, "microbatches": 3, "latency": 0, "F": [[1, 2, 1], [1, 1, 3]],
                                       "B": [[1, 1, 1], [2, 1, 1]], "W": [[1, 1, 1], [1, 1, 2]]}))
 put("durations", "overflow", json.dumps({"stages": 1, "microbatches": 2, "F": [[1e308, 1e308]], "B": [[1, 1]]}))
+# duration files another generator could write (docs/scheduler.md "The simulator's semantics"): a key twice
+# (the first was taken), "w" for "W" (was ignored: unsplit), text after the object, a byte-order mark and
+# unknown keys (accepted), 1e999 (refused as beyond the double range)
+P2 = '"stages": 2, "microbatches": 2, "F": [[1, 1], [1, 1]], "B": [[2, 2], [2, 2]]'
+put("durations", "dup_key", "{" + P2 + ', "F": [[9, 9], [9, 9]]}')
+put("durations", "case_key", "{" + P2 + ', "w": [[1, 1], [1, 1]]}')
+put("durations", "trailing", "{" + P2 + "} {}")
+put("durations", "bom_unknown", b"\xef\xbb\xbf{" + P2.encode() + b', "generator": "x", "units": "ms"}\r\n')
+put("durations", "inf", "{" + P2.replace('"microbatches": 2', '"microbatches": 2, "latency": 1e999') + "}")
 
 # recipes: the synthetic test recipe's keys with --set lines after the separator
 put("recipe", "small", "[model]\ntext_layers = 2\ntext_width = 64\ntext_heads = 2\nvocab = 64\n[train]\nsteps = 5\n"
@@ -92,6 +101,10 @@ put("recipe", "sets", "[data]\nsource = synthetic\n" + SEP.decode() +
 # `layers =  2` loaded back as `layers = 2`)
 put("recipe", "spaces", "[model]\ntext_layers = 2\n" + SEP.decode() +
     "parallel.layers= 2\ntrain.run_dir= run dir \ndata.policy=\tbalanced \n")
+
+# a trace with a second value after it (was: read in part, the rest ignored)
+put("trace", "trailing", '{"traceEvents": [{"ph": "X", "cat": "F", "pid": 0, "ts": 0, "dur": 1, "args": {"mb": 0}}]} '
+    '{"traceEvents": []}')
 
 # traces: what `rrfp-mm sim --trace` writes, and rank 0's part of it (a 2-stage run's one file)
 if len(sys.argv) > 2:

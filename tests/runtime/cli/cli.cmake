@@ -18,6 +18,13 @@ add_test(NAME tensors_diff COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/e
 # and field named, no sanitizer report, nothing outside the output folder touched, no partial output.
 # ~1000 checks, ~30 s (most of it the start-up of the ~30 refused `train` runs).
 rrfp_cli_py_test(hostile_inputs tests/runtime/cli/hostile_inputs.py base)
+# Paths that are not the file they should be, for every input of every command (a directory, a FIFO with no
+# writer, /dev/zero, /dev/urandom, a link loop, an empty file, a missing path), files cut at every section,
+# size fields of 2^63-1 / -1 / 1e999, JSON with something after it, duration files of another generator
+# (docs/scheduler.md "The simulator's semantics"), and outputs that are inputs, devices or fail half-way
+# (RLIMIT_FSIZE). ~1100 checks, ~20 s (3 s of CPU); a hang (a FIFO opened blocking) is killed after 30 s and fails.
+rrfp_cli_py_test(hostile_shapes tests/runtime/cli/hostile_shapes.py all)
+set_tests_properties(hostile_shapes PROPERTIES TIMEOUT 300)
 set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
 # the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
 # under that layout and in one process (~12 s)

@@ -293,7 +293,7 @@ def import_cases():
     note(not os.path.exists(WORK + "/PWNED") and not os.path.exists(os.path.join(WORK, "PWNED")), "PWNED exists")
     refused("import: --out exists", [EXE, "import", "llama", "--hf", hf, "--out", keep], ["already exists"])
     refused("import: config.json is /dev/zero", [EXE, "import", "llama", "--hf", "zero_hf", "--out", "imp/o"],
-            ["config.json", "limit"], outs=["imp/o"])
+            ["config.json", "a device"], outs=["imp/o"])
 
 
 def train_args(run_dir, steps=4, extra=()):
@@ -389,7 +389,7 @@ def checkpoint_cases():
     d = fresh()
     os.remove(os.path.join(d, "state.json"))
     os.symlink("/dev/zero", os.path.join(d, "state.json"))
-    resume_refused("state.json is /dev/zero", d, ["state.json", "limit"])
+    resume_refused("state.json is /dev/zero", d, ["state.json", "a device"])
     # a forged list of 200,000 files (a layout of 100,000 shards), one listed twice: refused in n log n
     d = fresh()
     many = ["%s.s%d.safetensors" % (b, i) for b in ("model", "optimizer") for i in range(100000)]
@@ -459,11 +459,11 @@ def cap_cases():
     big = os.path.join(WORK, "big.ini")
     open(big, "w").write("[train]\nsteps = 4\n")
     os.truncate(big, 5 << 20)
-    refused("train /dev/zero --dry-run", [EXE, "train", "/dev/zero", "--dry-run"], ["/dev/zero", "limit", "recipe"])
+    refused("train /dev/zero --dry-run", [EXE, "train", "/dev/zero", "--dry-run"], ["/dev/zero", "a device", "recipe"])
     refused("train: a 5 MiB recipe", [EXE, "train", big, "--dry-run"], ["big.ini", "limit"])
-    refused("sim --durations /dev/zero", [EXE, "sim", "--durations", "/dev/zero"], ["/dev/zero", "limit"])
-    # the larger caps (1 GiB and up) through sparse files, which take no disk and no time: the read of a
-    # stream up to its cap is the same code as the recipe's above
+    refused("sim --durations /dev/zero", [EXE, "sim", "--durations", "/dev/zero"], ["/dev/zero", "a device"])
+    # the caps through sparse files, which take no disk and no time (a device such as /dev/zero is refused
+    # unread: read up to its cap it would cost 16 GiB as a manifest)
     huge = os.path.join(WORK, "huge.json")
     open(huge, "w").write("{}")
     os.truncate(huge, 5 << 30)
@@ -471,7 +471,7 @@ def cap_cases():
             outs=["t.svg"])
     refused("sim: a 5 GiB duration file", [EXE, "sim", "--durations", "huge.json"], ["huge.json", "limit"])
     refused("tokenizer info of /dev/zero", [EXE, "tokenizer", "info", "--tokenizer", "/dev/zero"],
-            ["/dev/zero", "limit"])
+            ["/dev/zero", "a device"])
     # trace spans whose microbatch or chunk would size --durations' tables (or overflow "mb + 1")
     for key, v in [("mb", 2147483647), ("mb", 1e300), ("mb", -1), ("mb", 1.5), ("mb", "3"), ("chunk", 1e300),
                    ("chunk", -1), ("chunk", 2147483647)]:
@@ -521,7 +521,7 @@ def cap_cases():
     os.symlink("/dev/zero", os.path.join(rz, "recipe.ini"))
     # the report draws what it can and warns about a damaged part (its contract): the right answer here
     rc, out, err = run([EXE, "report", rz, "--out", "rep.html"])
-    note(rc == 0 and "recipe.ini" in err and "limit" in err and not [x for x in SAN if x in err],
+    note(rc == 0 and "recipe.ini" in err and "a device" in err and not [x for x in SAN if x in err],
          "report: recipe.ini is /dev/zero: exit %d, expected 0 with a warning naming it: %s" % (rc, err[-300:]))
     rr = os.path.join(WORK, "run_zero_resume")
     rc, out, err = run(train_args(rr))
@@ -532,7 +532,7 @@ def cap_cases():
             ["metrics.jsonl", "limit"], own=[os.path.join(rr, "checkpoints"), os.path.join(rr, ".lock"),
                                             os.path.join(rr, "recipe.ini")])
     refused("pack: tokenizer /dev/zero", [EXE, "pack", "--manifest", "huge.json", "--images", WORK, "--tokenizer",
-            "/dev/zero", "--out", "packed"], ["/dev/zero", "limit"], outs=["packed"])
+            "/dev/zero", "--out", "packed"], ["/dev/zero", "a device"], outs=["packed"])
 
 
 
