@@ -72,7 +72,7 @@ rows=$(grep -c 'class="row"' "$W/timeline.svg")
 "$BIN" trace "$W"/pp-ready-bfw/trace-rank*.json --durations "$W/durations.json" --latency 0.05 >"$W/dur.log" \
   || fail "trace --durations"
 grep -q "P=$NP M=" "$W/dur.log" || fail "durations: $(cat "$W/dur.log")"
-"$BIN" sim --durations "$W/durations.json" --mode fixed-sync --hint 1f1b --json | grep -q '"makespan"' \
+grep -q '"makespan"' <<<"$("$BIN" sim --durations "$W/durations.json" --mode fixed-sync --hint 1f1b --json)" \
   || fail "sim cannot replay the measured durations"
 # every step of the run as its own duration file (assigned by the runtime's step spans), replayed as a run
 "$BIN" trace "$W"/pp-ready-bfw/trace-rank*.json --durations-dir "$W/steps" --latency 0.05 >"$W/steps.log" \

@@ -48,8 +48,8 @@ pipe() { # pipe NAME NP LAYERS TOWER [--set ...]
 single one
 pipe pp3 3 0,1,1 2,1,0 --set parallel.mode=fixed --set train.dump_step=1
 # the step dump's microbatch inputs come from the stage of the patch embedding (rank 0), the logits from the last
-"$BIN" tensors ls "$W/pp3/dump-1/microbatch-0.pp0c0.safetensors" 2>&1 | grep -q "^patches" || fail "pp3: rank 0 dumped no inputs"
-"$BIN" tensors ls "$W/pp3/dump-1/microbatch-0.pp2c0.safetensors" 2>&1 | grep -q "^logits" || fail "pp3: rank 2 dumped no logits"
+grep -q "^patches" <<<"$("$BIN" tensors ls "$W/pp3/dump-1/microbatch-0.pp0c0.safetensors" 2>&1)" || fail "pp3: rank 0 dumped no inputs"
+grep -q "^logits" <<<"$("$BIN" tensors ls "$W/pp3/dump-1/microbatch-0.pp2c0.safetensors" 2>&1)" || fail "pp3: rank 2 dumped no logits"
 grep -q "layers 0,1,1 (parallel.layers), tower blocks \[0,2) \[2,3) - (parallel.tower_layers)" "$W/pp3.log" \
     || { grep pipeline "$W/pp3.log"; fail "pp3: the log does not name the stages' tower blocks"; }
 [ "$(blocks pp3 0)" = "vision.blocks.0 vision.blocks.1 vision.patch_embed " ] || fail "pp3 rank 0 holds: $(blocks pp3 0)"
