@@ -396,8 +396,9 @@ def check_transformers(rrfp, logits_bin, work, name, lm):
     os.makedirs(work)
     cfg = make_config("hub", lm)
     config = LlavaConfig(vision_config=cfg["vision_config"], text_config=cfg["text_config"],
-                         image_token_index=IMAGE_TOKEN, projector_hidden_act="gelu", vision_feature_layer=FEATURE_LAYER,
-                         vision_feature_select_strategy="default", tie_word_embeddings=lm["tie"])
+                         image_token_index=IMAGE_TOKEN, projector_hidden_act="gelu",
+                         vision_feature_layer=lm.get("layer", FEATURE_LAYER), vision_feature_select_strategy="default",
+                         tie_word_embeddings=lm["tie"])
     torch.manual_seed(3)
     model = LlavaForConditionalGeneration(config).to(torch.float32).eval()
     with torch.no_grad():
