@@ -146,7 +146,12 @@ want = [list(p) for p in pins]
 assert cfg["model_type"] == "llava_next" and cfg["architectures"] == ["LlavaNextForConditionalGeneration"], cfg["model_type"]
 assert cfg["image_grid_pinpoints"] == want and pre["image_grid_pinpoints"] == want, (cfg["image_grid_pinpoints"], pre)
 assert pre["image_processor_type"] == "LlavaNextImageProcessor" and proc["processor_class"] == "LlavaNextProcessor", pre
-assert pre["crop_size"] == {"height": TILE, "width": TILE} and abs(pre["image_mean"][0] - 0.48145466) < 1e-9, pre
+# the fields of llava-hf's LLaVA-NeXT preprocessor_config.json (LlavaNextImageProcessor's: do_pad pads a batch's
+# images to the same number of tiles, the shortest edge and crop at the tile side, bicubic, CLIP's mean / std)
+want_pre = {"do_pad": True, "do_resize": True, "size": {"shortest_edge": TILE}, "resample": 3, "do_center_crop": True,
+            "crop_size": {"height": TILE, "width": TILE}, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+assert all(pre.get(k) == v for k, v in want_pre.items()) and abs(pre["rescale_factor"] - 1 / 255) < 1e-12, pre
 print("export hf: llava_next, LlavaNextImageProcessor, the shards' pinpoints in config.json and preprocessor_config.json")
 bad = run(TR + ["--set", "train.run_dir=" + W + "/run0"], ok=False)
 assert "not any-resolution (model.anyres)" in bad.stdout + bad.stderr, bad.stdout + bad.stderr

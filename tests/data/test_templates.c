@@ -7,7 +7,7 @@
  *   2. the supervised segments are exactly the expected answer pieces, in order;
  *   3. tokenized segment by segment (tokenizer_encode_continue, as pack does) with a SentencePiece-style
  *      tokenizer (Llama-2's layout, byte fallback, <image> and the templates' special tokens added), the ids
- *      are those of the whole text encoded at once (plus the BOS where the template starts with one), and
+ *      are those of the whole text encoded at once (plus the BOS where LLaVA's code adds one: vicuna_v1, plain), and
  *      manifest_sample_build_template's label mask is 1 exactly on the supervised segments' tokens.
  * Then records a template refuses (turns out of order; plain with more than one exchange).
  * Usage: test_templates EXPECTED.json */
@@ -138,7 +138,12 @@ static void run_case(const Tokenizer* tok, const cJSON* c, int k_case, int check
     if (r == REJECT_NONE) {
         int32_t* whole;
         int n = tokenizer_encode(tok, text, strlen(text), &whole);
-        int bos = template_bos_id(k, tok), off = bos >= 0;
+        /* the BOS LLaVA's training code puts first: preprocess_v1 and preprocess_plain tokenize with the tokenizer's
+         * BOS added (Llama-2's <s>); llama_3's text starts with <|begin_of_text|> itself (preprocess_llama3 adds no
+         * other) and Qwen's ChatML (preprocess_qwen) has none */
+        int bos = k == TEMPLATE_VICUNA_V1 || k == TEMPLATE_PLAIN ? tokenizer_token_id(tok, "<s>") : -1, off = bos >= 0;
+        CHECK(template_bos_id(k, tok) == bos, "case %d (%s): template_bos_id %d, expected %d", k_case, name,
+              template_bos_id(k, tok), bos);
         int same = s.n_tokens == n + off && (!off || s.ids[0] == bos);
         for (int i = 0; same && i < n; i++) same = s.ids[off + i] == whole[i];
         CHECK(same, "case %d (%s): the segments' ids (%d) differ from the whole text's (%d + %d BOS)", k_case, name,

@@ -18,7 +18,9 @@ forward: a Llama-3-style model (grouped-query attention 4 on 2 heads, attention_
 rope_scaling llama3 with transformers 4's keys) and a Qwen2 one (one key/value head, q/k/v biases, tied
 embeddings, transformers 5's rope_parameters holding rope_theta); the reference repeats each key/value head
 for its query heads (HF's repeat_kv) and rescales the frequencies with Meta's apply_scaling loop; each
-variant must matter (the reference without it differs by far).
+variant must matter (the reference without it differs by far). A Llama config without rms_norm_eps and
+rope_theta takes LlamaConfig's defaults (1e-6, 10000.0): printed, and the logits against the reference at
+them (Vicuna's 1e-5 must miss).
 
 Usage: import_llama.py RRFP_MM TEST_LLAMA_LOGITS WORKDIR   (exit 0 = every check passed)"""
 import json
@@ -306,7 +308,10 @@ VARIANTS = [
                                      "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
      {"text_kv_heads": "2", "rope_type": "llama3", "rope_original_max_pos": "64"}, 1 + 9 * 3 + 2),
+    # Llama without rms_norm_eps and rope_theta: LlamaConfig's defaults, 1e-6 and 10000.0 (not Vicuna's 1e-5)
+    ("llama_defaults", {"model_type": "llama", "num_key_value_heads": 4, "rms_norm_eps": None}, {}, 1 + 9 * 3 + 2),
 ]
+LLAMA_CONFIG_EPS, LLAMA_CONFIG_THETA = 1e-6, 10000.0  # LlamaConfig's (and Qwen2Config's, MistralConfig's) defaults
 
 
 def variant_cases(rrfp, logits_bin, work):
@@ -352,9 +357,11 @@ def variant_cases(rrfp, logits_bin, work):
         expect(r.returncode == 0, f"{name}: import llama exits 0")
         keys = dict(l.split(" = ") for l in r.stdout.splitlines() if " = " in l and not l.startswith(";"))
         expect(all(keys.get(k) == v for k, v in want_keys.items()), f"{name}: printed variant keys {want_keys} (got {keys})")
-        theta = float(keys.get("rope_base", 0))
-        expect(theta == (cfg.get("rope_theta") or cfg.get("rope_parameters", {}).get("rope_theta")),
-               f"{name}: rope_base {theta} from the config's rope_theta / rope_parameters")
+        theta, eps = float(keys.get("rope_base", 0)), float(keys.get("rms_eps", 0))
+        expect(theta == (cfg.get("rope_theta") or cfg.get("rope_parameters", {}).get("rope_theta") or LLAMA_CONFIG_THETA),
+               f"{name}: rope_base {theta} from the config's rope_theta / rope_parameters, else LlamaConfig's default")
+        expect(eps == cfg.get("rms_norm_eps", LLAMA_CONFIG_EPS),
+               f"{name}: rms_eps {eps} from the config's rms_norm_eps, else LlamaConfig's default")
         extra = [f"{k}={v}" for k, v in keys.items()
                  if k.startswith("rope_") and k != "rope_base" or k in ("text_kv_heads", "text_qkv_bias", "text_o_bias",
                                                                          "tie_embeddings")]
@@ -372,7 +379,7 @@ def variant_cases(rrfp, logits_bin, work):
         scaling = cfg.get("rope_scaling") or (cfg.get("rope_parameters") if cfg.get("rope_parameters", {}).get("rope_type") == "llama3" else None)
 
         def ref(**kw):
-            args = {"eps": 1e-3, "theta": theta, "scaling": scaling, **kw}
+            args = {"eps": cfg.get("rms_norm_eps", LLAMA_CONFIG_EPS), "theta": theta, "scaling": scaling, **kw}
             return torch.cat([llama_logits(W, cfg, ids[a:b], **args) for a, b in zip(cu[:-1], cu[1:])])
 
         tol = 1e-5  # as the base case: float32 against float64, 3 layers
@@ -381,6 +388,8 @@ def variant_cases(rrfp, logits_bin, work):
         senses = [("the biases", {"use_bias": False})] if qkv_bias else []
         if scaling:
             senses.append(("the llama3 frequency scaling", {"scaling": None}))
+        if "rms_norm_eps" not in cfg:
+            senses.append(("LlamaConfig's default eps (Vicuna's 1e-5 instead)", {"eps": 1e-5}))
         if 1 < Hkv < H:
             senses.append(("query head h on key/value head h // (H / Hkv) (with h mod Hkv)", {"kv_tiled": True}))
         for what, kw in senses:

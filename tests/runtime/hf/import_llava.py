@@ -5,7 +5,8 @@ Writes a small LlavaForConditionalGeneration with random weights in Hugging Face
 vision_config and text_config, two safetensors shards, F32 and BF16, and model.safetensors.index.json)
 under each naming a LLaVA checkpoint exists under (the hub's llava-hf names, transformers 5's
 save_pretrained names with rope_parameters, the in-memory model.* names), imports each, and checks:
-  - the three imports are the same checkpoint, bit for bit, and print the same recipe keys;
+  - the three imports are the same checkpoint, bit for bit, and print the same recipe keys; a config.json
+    without vision_feature_layer and projector_hidden_act imports as LlavaConfig's defaults (-2, gelu);
   - the C model started from the import (tests/runtime/hf/test_llava_logits.c: every tensor loaded) gives the logits of
     a float64 PyTorch forward written here from the published architectures, not from this engine's code:
     HF's CLIPVisionModel (Conv2d patch embedding without bias, class token, position embeddings
@@ -20,8 +21,10 @@ save_pretrained names with rope_parameters, the in-memory model.* names), import
   - what the model cannot represent is refused naming the key or tensor; export refuses the 2-D RoPE ViT.
   - two LLaVAs whose LM is a later family's (VARIANTS: Qwen2-shaped with grouped-query attention, q/k/v
     biases and tied embeddings; Llama-3-shaped with one key/value head, attention_bias and llama3 RoPE
-    scaling): the same import, logits (against repeat_kv, the biases and Meta's frequency rescaling; the
-    nearest wrong models must miss), export's text_config and export then import bit for bit.
+    scaling), each with its own vision_feature_layer (-1; 1, a positive index): the same import, logits (against
+    repeat_kv, the biases, Meta's frequency rescaling and the feature layer; the nearest wrong models, the
+    default layer -2 among them, must miss), export's vision_feature_layer and text_config, and export then
+    import bit for bit.
 Mode --transformers (needs the `transformers` package; exit 77 without it): the same model built by
 transformers itself, saved with save_pretrained, imported, logits compared; our export opened with
 LlavaForConditionalGeneration.from_pretrained, logits compared.
@@ -83,6 +86,11 @@ VARIANTS = {
     "llama3_mqa_bias_rope": {"type": "llama", "hkv": 1, "qkv_bias": True, "o_bias": True, "tie": False,
                              "llama3": (8.0, 1.0, 4.0, 100)},
 }
+# Each variant's vision_feature_layer too (the base model's is LlavaConfig's default, -2): the last hidden state
+# (-1) and a positive index (1: the output of block 0, counted as hidden_states counts), so that a feature layer
+# read wrongly, or not at all, changes the logits
+VARIANTS["qwen2_gqa_bias_tied"]["layer"] = -1
+VARIANTS["llama3_mqa_bias_rope"]["layer"] = 1
 
 
 def make_weights(lm=LM0, seed=11):
@@ -186,7 +194,7 @@ def make_config(naming, lm=LM0):
             tc["attention_bias"] = lm["o_bias"]
         assert lm["type"] != "qwen2" or (lm["qkv_bias"] and not lm["o_bias"])
     return {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "image_token_index": IMAGE_TOKEN,
-            "projector_hidden_act": "gelu", "vision_feature_layer": FEATURE_LAYER,
+            "projector_hidden_act": "gelu", "vision_feature_layer": lm.get("layer", FEATURE_LAYER),
             "vision_feature_select_strategy": "default", "vision_config": vc, "text_config": tc}
 
 
@@ -235,8 +243,8 @@ def layer_norm(x, w, b):
     return Fn.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
 
-def clip_features(S, pixels, align_corners=False):
-    """HF CLIPVisionModel on one image (3, h, w) -> hidden_states[FEATURE_LAYER] without the class token."""
+def clip_features(S, pixels, align_corners=False, layer=FEATURE_LAYER):
+    """HF CLIPVisionModel on one image (3, h, w) -> hidden_states[layer] without the class token."""
     v = "vision_tower.vision_model."
     pe = Fn.conv2d(pixels[None], S[v + "embeddings.patch_embedding.weight"], stride=PATCH)  # (1, D, gh, gw)
     gh, gw = pe.shape[2], pe.shape[3]
@@ -265,7 +273,7 @@ def clip_features(S, pixels, align_corners=False):
         h = h * torch.sigmoid(1.702 * h)  # quick_gelu
         x = x + h @ S[p + "mlp.fc2.weight"].T + S[p + "mlp.fc2.bias"]
         hidden.append(x)
-    return hidden[FEATURE_LAYER][1:]
+    return hidden[layer][1:]
 
 
 def projector(S, f, tanh=False):
@@ -327,7 +335,7 @@ def llama(S, x, lm=LM0, kv_map="repeat_kv", llama3="lm"):
     return rms_norm(x, S[t + "norm.weight"]) @ head.T
 
 
-def reference_logits(S, mb, tanh=False, align_corners=False, lm=LM0, **lm_kw):
+def reference_logits(S, mb, tanh=False, align_corners=False, lm=LM0, layer=FEATURE_LAYER, **lm_kw):
     """Each packed sample on its own, its image positions holding the projected CLIP features."""
     p = PATCH
     patches = mb["patches"].to(DT)
@@ -340,7 +348,7 @@ def reference_logits(S, mb, tanh=False, align_corners=False, lm=LM0, **lm_kw):
         for k in range(icu[i], icu[i + 1]):
             r, c = divmod(k - icu[i], gw[i])
             img[:, r * p:(r + 1) * p, c * p:(c + 1) * p] = patches[k].reshape(p, p, 3).permute(2, 0, 1)
-        f = projector(S, clip_features(S, img, align_corners), tanh)
+        f = projector(S, clip_features(S, img, align_corners, layer), tanh)
         for j in range(f.shape[0]):
             feats[start[i] + j] = f[j]
     out = []
@@ -388,8 +396,9 @@ def check_transformers(rrfp, logits_bin, work, name, lm):
     os.makedirs(work)
     cfg = make_config("hub", lm)
     config = LlavaConfig(vision_config=cfg["vision_config"], text_config=cfg["text_config"],
-                         image_token_index=IMAGE_TOKEN, projector_hidden_act="gelu", vision_feature_layer=FEATURE_LAYER,
-                         vision_feature_select_strategy="default", tie_word_embeddings=lm["tie"])
+                         image_token_index=IMAGE_TOKEN, projector_hidden_act="gelu",
+                         vision_feature_layer=lm.get("layer", FEATURE_LAYER), vision_feature_select_strategy="default",
+                         tie_word_embeddings=lm["tie"])
     torch.manual_seed(3)
     model = LlavaForConditionalGeneration(config).to(torch.float32).eval()
     with torch.no_grad():
@@ -497,6 +506,16 @@ def main():
         expect(recipe_keys(out[naming]) == keys, f"{naming} names imply the same recipe keys as the hub's")
         expect(same_bits(read_dir(ck[naming]), read_dir(ck["hub"])),
                f"{naming} names import to the same checkpoint as the hub's, bit for bit")
+    # a config.json without vision_feature_layer and projector_hidden_act takes LlavaConfig's defaults, -2 and
+    # "gelu" (this model's FEATURE_LAYER and act): the same recipe keys and checkpoint
+    cfg = make_config("hub")
+    del cfg["vision_feature_layer"], cfg["projector_hidden_act"]
+    nd = import_namings(rrfp, "llava", W, [("hub", os.path.join(work, "hf_defaults"), os.path.join(work, "ckpt_defaults"),
+                                            cfg, None)], "LlavaConfig's defaults: ")
+    dk = recipe_keys(nd[1]["hub"]) if nd else {}
+    expect(nd is not None and dk == keys and same_bits(read_dir(nd[0]["hub"]), read_dir(ck["hub"])),
+           "no vision_feature_layer, no projector_hidden_act: LlavaConfig's defaults (-2, gelu), the same recipe keys and "
+           f"checkpoint (keys that differ: {sorted(k for k in set(dk) | set(keys) if dk.get(k) != keys.get(k))})")
 
     # ---- logits against the reference --------------------------------------------------------------
     dump = os.path.join(work, "mb.safetensors")
@@ -700,7 +719,9 @@ def check_variant(rrfp, logits_bin, work, name, lm):
         return
     ck, out, stored = got
     keys = recipe_keys(out["hub"])
-    want = {"text_width": str(DTXT), "text_heads": str(HT), "vocab": str(V), "text_kv_heads": str(lm["hkv"])}
+    layer = lm.get("layer", FEATURE_LAYER)
+    want = {"text_width": str(DTXT), "text_heads": str(HT), "vocab": str(V), "text_kv_heads": str(lm["hkv"]),
+            "vision_feature_layer": str(layer)}
     if lm["qkv_bias"]:
         want["text_qkv_bias"] = "true"
     if lm["o_bias"]:
@@ -732,17 +753,19 @@ def check_variant(rrfp, logits_bin, work, name, lm):
         return
     mb = st_read(dump)
     got = mb["logits"].to(DT)
-    ref = reference_logits(stored, mb, lm=lm)
+    ref = reference_logits(stored, mb, lm=lm, layer=layer)
     err = (got - ref).abs().max().item() / ref.abs().max().item()
     expect(err < 1e-5, f"{name}: LLaVA logits vs the float64 reference: max rel err {err:.2e} (tol 1e-5)")
     wrong = [("query head h on key/value head h % hkv", {"kv_map": "modulo"})] if 1 < lm["hkv"] < HT else []
+    if layer != FEATURE_LAYER:
+        wrong.append((f"LlavaConfig's default feature layer {FEATURE_LAYER}", {"layer": FEATURE_LAYER}))
     if lm["llama3"]:
         wrong.append(("the unscaled RoPE", {"llama3": None}))
     if lm["qkv_bias"]:
         wrong.append(("no q/k/v biases", {"lm": dict(lm, qkv_bias=False, o_bias=False)}))
     for what, kw in wrong:
         kw = dict(kw)
-        e = (got - reference_logits(stored, mb, **dict({"lm": lm}, **kw))).abs().max().item() / ref.abs().max().item()
+        e = (got - reference_logits(stored, mb, **dict({"lm": lm, "layer": layer}, **kw))).abs().max().item() / ref.abs().max().item()
         expect(e > 1e-5 * 3, f"{name}: the same comparison with {what} fails the tolerance: {e:.2e}")
 
     rec = os.path.join(work, f"r_{name}.ini")
@@ -758,7 +781,9 @@ def check_variant(rrfp, logits_bin, work, name, lm):
     orig = {n: stored[n].to(torch.float32) for n in stored}
     expect(same_bits(E, orig), f"{name}: the export holds the original tensors under their hub names, bit for bit "
            f"(tied: no lm_head): {sorted(set(E) ^ set(orig))}")
-    tc = json.load(open(os.path.join(ex, "config.json")))["text_config"]
+    ecfg = json.load(open(os.path.join(ex, "config.json")))
+    expect(ecfg["vision_feature_layer"] == layer, f"{name}: export's vision_feature_layer {ecfg['vision_feature_layer']}")
+    tc = ecfg["text_config"]
     ok = (tc["model_type"] == lm["type"] and tc["num_key_value_heads"] == lm["hkv"] and
           tc["tie_word_embeddings"] == lm["tie"] and tc["rope_theta"] == THETA and
           (lm["type"] == "qwen2" or tc["attention_bias"] == lm["o_bias"]))

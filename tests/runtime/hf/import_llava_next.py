@@ -10,6 +10,8 @@ Checks:
   - export hf writes model_type llava_next, LlavaNextForConditionalGeneration, the same image_grid_pinpoints and
     every original tensor (image_newline included) bit for bit; importing the export gives the import back bit
     for bit;
+  - a config.json without image_grid_pinpoints (on a tower of 336-pixel images) records LlavaNextConfig's
+    default pinpoints, [height, width] as transformers lists them, and model.anyres = 5;
   - refusals naming the key: import llava of a llava_next folder (and the reverse), pinpoints that are not
     multiples of the tile side, vision_feature_select_strategy full.
 Usage: import_llava_next.py RRFP_MM WORKDIR"""
@@ -21,7 +23,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from import_llava import (DTXT, IMAGE_TOKEN, expect, FAILED, import_namings, make_config,  # noqa: E402
+from import_llava import (DTXT, DV, IMAGE_TOKEN, expect, FAILED, import_namings, make_config,  # noqa: E402
                           make_weights, read_dir, recipe_keys, run, same_bits, write_hf)
 
 PINS = [[6, 12], [12, 6], [12, 12]]
@@ -79,6 +81,25 @@ def main():
     r = run([rrfp, "import", "llava_next", "--hf", ex, "--out", back])
     expect(r.returncode == 0 and recipe_keys(r.stdout) == keys, f"import of the export: {r.stderr.strip()[-300:]}")
     expect(same_bits(read_dir(back), C), "export then import equals the import, bit for bit")
+
+    # ---- no image_grid_pinpoints: LlavaNextConfig's default, on a tower of 336-pixel images ----------------
+    # (LlavaNextConfig: [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]], [height, width]; the largest
+    # grid 2 x 2 or 3 x 1: model.anyres 5). The tower's image_size 336 and patch 14: a 24 x 24 position grid.
+    cfg = next_config("hub")
+    del cfg["image_grid_pinpoints"]
+    cfg["vision_config"].update(image_size=336, patch_size=14)
+    W336 = dict(W)
+    g = torch.Generator().manual_seed(7)
+    W336["vision_tower.vision_model.embeddings.patch_embedding.weight"] = torch.randn(DV, 3, 14, 14, generator=g) * 0.05
+    W336["vision_tower.vision_model.embeddings.position_embedding.weight"] = torch.randn(1 + 24 * 24, DV, generator=g) * 0.5
+    got = import_namings(rrfp, "llava_next", W336, [("hub", os.path.join(work, "hf_defpins"), os.path.join(work, "ckpt_defpins"),
+                                                     cfg, {"image_newline": ("F32", newline)})], "no image_grid_pinpoints: ")
+    if got is not None:
+        dstate = json.load(open(os.path.join(got[0]["hub"], "state.json")))
+        expect(dstate.get("grid_pinpoints") == "[[336,672],[672,336],[672,672],[1008,336],[336,1008]]" and
+               recipe_keys(got[1]["hub"]).get("anyres") == "5",
+               f"no image_grid_pinpoints: LlavaNextConfig's default recorded ({dstate.get('grid_pinpoints')}, "
+               f"model.anyres {recipe_keys(got[1]['hub']).get('anyres')})")
 
     # ---- refusals -------------------------------------------------------------------------------------
     r = run([rrfp, "import", "llava", "--hf", os.path.join(work, "hf_hub"), "--out", os.path.join(work, "no1")])

@@ -190,7 +190,16 @@ static void fd_run(const ModelConfig* cfg, const char* what) {
         }
     }
     if (g_clip) EXPECT(n_frozen == 12 + 2, "the CLIP tower froze %d tensors, expected block 2's 12 and post_ln's 2", n_frozen);
-    if (g_anyres) EXPECT(params_find(pt, "image_newline") >= 0, "%s: no image_newline", what);
+    if (g_anyres) {
+        /* LLaVA-NeXT's image_newline starts as N(0, 1 / sqrt(Dt)) (LlavaNextModel's embed_std, the text hidden size),
+         * not the model's init_std */
+        int nl = params_find(pt, "image_newline");
+        EXPECT(nl >= 0, "%s: no image_newline", what);
+        if (nl >= 0)
+            EXPECT(pt->specs[nl].init == PARAM_INIT_NORMAL && pt->specs[nl].init_std == 1.0f / sqrtf((float)c.Dt),
+                   "%s: image_newline's init: kind %d, std %g; expected N(0, 1 / sqrt(Dt = %d)) = N(0, %g)", what,
+                   (int)pt->specs[nl].init, pt->specs[nl].init_std, c.Dt, 1.0 / sqrt((double)c.Dt));
+    }
     printf("%s: %d elements of %d tensors checked (%d never run%s), worst |diff|/tol = %.3f\n", what, checked,
            pt->n - n_frozen - n_tower, n_frozen, g_anyres ? ", the tower's left to model_fd and model_torch_anyres" : "",
            worst);
