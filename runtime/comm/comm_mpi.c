@@ -346,6 +346,11 @@ Comm* comm_mpi_world(char* err, size_t err_len) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
+        /* Open MPI's handlers for SIGABRT, SIGBUS, SIGFPE and SIGSEGV print a backtrace from inside the handler
+         * (dlopen, malloc): after heap corruption that can block on malloc's lock, and the rank sleeps forever
+         * instead of dying, so mpirun never ends the job. Without them the signal's default action ends the rank
+         * and mpirun names it and the signal (docs/reliability.md "A rank that dies"). A value the user set is kept. */
+        setenv("OMPI_MCA_opal_signal", "", 0);
         if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
             snprintf(err, err_len, "MPI_Init failed: this build needs a working MPI (Open MPI) to run");
             return NULL;

@@ -12,6 +12,11 @@ endforeach()
 add_test(NAME transport_lost_peer
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 1 "pipeline rank 0 waited [0-9]+ s without any message; still expecting: gradient chunk 0 mb 3 from rank 1" timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> lost)
 set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90)
+# A rank that crashes dies at once: every rank's fatal signals are at their default actions after MPI_Init (Open MPI's
+# backtrace handlers can block on malloc's lock after heap corruption), and rank 1's SIGSEGV ends the job, named.
+add_test(NAME transport_crash
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 139 "rank 0: fatal signals at their default actions.*rank 1: fatal signals at their default actions.*rank 1 .*exited on signal 11|rank 1: fatal signals at their default actions.*rank 0: fatal signals at their default actions.*rank 1 .*exited on signal 11" timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> crash)
+set_tests_properties(transport_crash PROPERTIES LABELS mpi TIMEOUT 90)
 # NCCL emulated over MPI (tests/support/cuda_emu/nccl_emu.cpp) under runtime/comm/comm_nccl.c: a delayed receive is
 # NaN until its event (the control), a send that skips its producer's event sends stale data under the
 # delayed compute stream (the control of RR_EMU_COMPUTE_DELAY), the FIFO transport with device payloads,

@@ -8,6 +8,7 @@
  *   lost:  (argument "lost") rank 0 expects a message nobody sends: it must die within the timeout
  *          with a line naming the missing message and the rank it expected it from. */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,27 @@ int main(int argc, char** argv) {
         return 1;
     }
     int rank = world->rank, size = world->size;
+    if (argc > 1 && !strcmp(argv[1], "crash")) {
+        /* comm_mpi_world leaves the fatal signals to their default actions (Open MPI's backtrace handlers can block
+         * on malloc's lock after heap corruption): checked on every rank, then rank 1 dies of SIGSEGV and mpirun must
+         * end the job naming the signal while rank 0 waits in a barrier that never completes */
+        const int sigs[] = {SIGABRT, SIGBUS, SIGFPE, SIGSEGV};
+        for (int i = 0; i < 4; i++) {
+            struct sigaction old;
+            if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) {
+                fprintf(stderr, "rank %d: signal %d has a handler after MPI_Init (Open MPI's backtrace handler)\n", rank,
+                        sigs[i]);
+                MPI_Abort(MPI_COMM_WORLD, 3);
+            }
+        }
+        printf("rank %d: fatal signals at their default actions\n", rank);
+        fflush(stdout);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 1) raise(SIGSEGV);
+        MPI_Barrier(MPI_COMM_WORLD); /* never released: rank 1 died, mpirun ends the job */
+        MPI_Finalize();
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "lost")) {
         Transport* t = transport_create(TRANSPORT_TAGGED, world);
         float x[4];
