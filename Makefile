@@ -11,6 +11,16 @@ CTEST_ARGS ?=
 CMAKE_ARGS ?=
 
 BUILD_ASAN ?= build-asan
+# The generator of a build folder configured here for the first time: Ninja where it is installed, else cmake's default
+# (Unix Makefiles). Ninja starts an object as soon as what it includes exists, where make builds one target after
+# another (a library's objects wait for every library it links, and the C libraries for the CUDA backend's objects),
+# leaving a core idle for part of the build (bench/README.md "The build's two cores"). A configured folder keeps
+# its generator; set CMAKE_GENERATOR to choose (cmake reads it from the environment).
+ifeq ($(origin CMAKE_GENERATOR),undefined)
+ifneq ($(shell command -v ninja 2>/dev/null),)
+export CMAKE_GENERATOR := Ninja
+endif
+endif
 
 .PHONY: all deps deps-test deps-demo build build-cpu build-asan test test-cpu test-asan demo bench clean
 
@@ -27,10 +37,12 @@ deps-test:
 deps-demo:
 	@scripts/deps.sh --demo
 
-$(BUILD)/Makefile: CMakeLists.txt | deps
+# configured once (cmake --build configures again when a CMakeLists.txt or .cmake changes); CMakeCache.txt, not
+# a generator's file, so that a Ninja folder is not configured again at every make
+$(BUILD)/CMakeCache.txt: CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
 
-build: deps $(BUILD)/Makefile
+build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 build-cpu: deps

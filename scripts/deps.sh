@@ -20,6 +20,7 @@ PKGS=(
   python3-torch python3-numpy             # independent PyTorch reference (tests/support/ref)
   python3-skimage python3-pil             # real test photographs; Pillow loader baseline (bench)
   clang libclang-rt-14-dev                # libFuzzer targets
+  ninja-build                             # the build's generator where installed (Makefile: both cores busy to the end)
 )
 # make demo: the CPU build (CMakeLists.txt's REQUIRED packages with BLIS) and the summary's python3
 PKGS_DEMO=(
