@@ -13,9 +13,14 @@
 # With PLANS=1 it then lists adaptive's plan per step, with the estimates off by ERR and exact: the mode it ran, its
 # in-flight cap and whether it reordered the microbatches (`rrfp-mm sim --mode adaptive`'s `adaptive:` lines), and the
 # speedup over fixed-sync 1f1b (docs/anyres.md "At 32 stages with estimates 20% off").
+# With STATS=1 it then gives, per P and for the estimates off by ERR and exact, the spread over seeds of the 1F1B-order
+# comparison: the mean log speedup of adaptive over fixed-sync 1f1b on anyres minus that on mm (the difference of the two
+# geometric means, in log), its standard error sqrt(var_a / n_a + var_m / n_m) (sample variances of the per-seed log
+# speedups; the two workloads' steps are independent draws) and the difference in SEs; "within 2 SE" where |d| <= 2 SE.
 #
 # Usage: bench/sim_bound.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds, "8 16 32")
-#   env WORKLOADS (default "mm anyres"), HINT (1f1b), CAP (2x), ERR (0.2), PARTITION (balance|path: the split), PLANS
+#   env WORKLOADS (default "mm anyres"), HINT (1f1b), CAP (2x), ERR (0.2), PARTITION (balance|path: the split), PLANS,
+#   STATS (needs both workloads)
 set -euo pipefail
 BIN=${1:-build/rrfp-mm}
 SEEDS=${2:-3}
@@ -51,7 +56,7 @@ for P in $PS; do
     done
   done
 done >"$T/rows.tsv"
-HINT=$HINT CAP=$CAP ERR=$ERR PLANS=${PLANS:-} python3 - "$T/rows.tsv" <<'PY'
+HINT=$HINT CAP=$CAP ERR=$ERR PLANS=${PLANS:-} STATS=${STATS:-} python3 - "$T/rows.tsv" <<'PY'
 import json, math, os, sys
 from collections import defaultdict
 rows = defaultdict(list)
@@ -83,6 +88,24 @@ print("|---|---|---|---|---|---|---|---|")
 for (P, wl), v in sorted(rows.items()):
     print(f"| {P} | {wl} | {cell([x[0] for x in v])} | {cell([x[1] for x in v])} | {cell([x[2] for x in v])} | "
           f"{sum(x[3] for x in v) / len(v):.3f} | {cell([x[4] for x in v])} | {sum(x[5] for x in v) / len(v):.3f} |")
+if os.environ["STATS"]:
+    def mv(xs):
+        ls = [math.log(x) for x in xs]
+        mu = sum(ls) / len(ls)
+        return mu, (sum((l - mu) ** 2 for l in ls) / (len(ls) - 1) if len(ls) > 1 else float("nan")), len(ls)
+    print(f"\n| P | estimates | anyres (geometric mean, seeds) | mm | difference of the mean log speedups, anyres - mm | "
+          f"its standard error | difference / SE | within 2 SE |")
+    print("|---|---|---|---|---|---|---|---|")
+    for P in sorted({k[0] for k in rows}):
+        if (P, "anyres") not in rows or (P, "mm") not in rows:
+            continue
+        for i, name in ((1, f"off by {e}"), (2, "exact")):
+            ma, va, na = mv([x[i] for x in rows[(P, "anyres")]])
+            mm, vm, nm = mv([x[i] for x in rows[(P, "mm")]])
+            d, se = ma - mm, math.sqrt(va / na + vm / nm)
+            within = "-" if math.isnan(se) else ("yes" if abs(d) <= 2 * se else "no")
+            print(f"| {P} | {name} | {math.exp(ma):.4f} ({na}) | {math.exp(mm):.4f} ({nm}) | {d:+.4f} | {se:.4f} | "
+                  f"{d / se if se > 0 else float('nan'):+.2f} | {within} |")
 if os.environ["PLANS"]:
     import re
     def plan(P, wl, seed, err):

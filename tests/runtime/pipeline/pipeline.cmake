@@ -90,6 +90,11 @@ target_link_libraries(test_plan_cap PRIVATE rrfp_core)
 add_test(NAME pipeline_plan_cap_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "pipeline plan cap: ok" timeout 60 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_plan_cap>)
 set_tests_properties(pipeline_plan_cap_np4 PROPERTIES LABELS mpi TIMEOUT 90)
+# the same with TP 2 on every stage (pp 4 x tp 2): every TP rank of a stage runs its leader's planned cap, where the
+# followers' own estimates would keep 2x
+add_test(NAME pipeline_plan_cap_tp_np8
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "pipeline plan cap: ok" timeout 60 ${RRFP_MPIRUN} -np 8 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_plan_cap> 2)
+set_tests_properties(pipeline_plan_cap_tp_np8 PROPERTIES LABELS mpi TIMEOUT 90)
 # rrfp-mm train with runtime.compute = replay:FILE at P = 8: every task once per step, in fixed mode in the
 # hint's order, lasting at least the file's duration, real messages of the microbatches' sizes, the
 # measured makespan at least the simulator's (fixed is monotone); adaptive runs; bad files refused.
