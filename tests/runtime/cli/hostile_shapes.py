@@ -24,6 +24,7 @@ Each refusal: exit 1..125, the path (or the field) named on stderr, no sanitizer
 changed outside the command's own outputs, no output or temporary X.tmp.* left.
 
 Usage: hostile_shapes.py RRFP_MM SRC_DIR WORK_DIR   (exit 0 = every check passed)"""
+import ctypes
 import json
 import os
 import resource
@@ -212,12 +213,17 @@ def shape_cases(ck, tok, shards):
          must_of=lambda p, shape: ["m.safetensors"] + (["symbolic links"] if shape == "a link loop" else []))
     slot("tensors diff", "s/m.safetensors", lambda p: [EXE, "tensors", "diff", p, os.path.join(ck, "model.safetensors")],
          shapes=[s for s in SHAPES if s != "a directory"])
-    # a file that cannot be read (mode 000; as root, which reads it anyway, the command runs as nobody)
-    def as_nobody():
+    # a file that cannot be read (mode 000). Root reads it anyway through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, so
+    # as root the command runs without them: dropped from the bounding set before exec, where a root process's
+    # capabilities become that set. It stays root, so it still reaches its own folders (a build under a mode-700
+    # folder, as mktemp makes them, is out of reach of another user such as nobody).
+    def without_dac_override():
         if os.geteuid() == 0:
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
+            libc = ctypes.CDLL(None, use_errno=True)
+            for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
+                if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP (linux/prctl.h)
+                    os.write(2, b"hostile_shapes: prctl(PR_CAPBSET_DROP) failed\n")
+                    os._exit(3)
     for name, rel, data, args_of in [
             ("sim --durations", "s/ro_d.json", DUR_BASE, lambda p: [EXE, "sim", "--durations", p]),
             ("tokenizer info", "s/ro_tok.json", open(tok, "rb").read(), lambda p: [EXE, "tokenizer", "info", "--tokenizer", p]),
@@ -226,7 +232,7 @@ def shape_cases(ck, tok, shards):
         p = os.path.join(WORK, rel)
         open(p, "wb").write(data)
         os.chmod(p, 0)
-        refused("%s: an unreadable file" % name, args_of(p), [os.path.basename(rel), "denied"], preexec=as_nobody)
+        refused("%s: an unreadable file" % name, args_of(p), [os.path.basename(rel), "denied"], preexec=without_dac_override)
         os.remove(p)
     # a shard given by name, and a shard inside the data.shards folder (was: a FIFO hung in open())
     slot("train data.shards FILE", "s/shard-00000.rrs", lambda p: train_shards + ["--set", "data.shards=" + p],
