@@ -31,34 +31,13 @@ import sys
 EXE, SRC, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
 PART = sys.argv[4] if len(sys.argv) > 4 else "base"
 RECIPE = os.path.join(SRC, "recipes", "test-synthetic.ini")
-FAILED = []
-COUNT = [0]
-SAN = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "internal error", "assertion", "Segmentation fault")
-
-
-def note(ok, msg):
-    COUNT[0] += 1
-    if not ok:
-        print("FAIL  " + msg)
-        FAILED.append(msg)
+sys.path.insert(0, os.path.join(SRC, "tests", "support", "util"))
+from hostile_lib import COUNT, FAILED, SAN, note, under  # noqa: E402
+import hostile_lib  # noqa: E402
 
 
 def snapshot():
-    """Every path under WORK with its type, size and mtime (what 'touched' means here)."""
-    snap = {}
-    for root, dirs, files in os.walk(WORK):
-        for n in dirs + files:
-            p = os.path.join(root, n)
-            st = os.lstat(p)
-            # a folder's own mtime changes when an entry comes and goes beside an output (X.tmp.PID):
-            # its entries are compared instead
-            isdir = os.path.isdir(p) and not os.path.islink(p)
-            snap[p] = (st.st_mode >> 12, 0 if isdir else st.st_size, 0 if isdir else st.st_mtime_ns)
-    return snap
-
-
-def under(p, roots):
-    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+    return hostile_lib.snapshot(WORK)
 
 
 def run(args, timeout=120, env=None):

@@ -42,31 +42,13 @@ CLIP_RECIPE = [RECIPE, "--set", "model.vision_arch=clip", "--set", "model.vision
                "--set", "data.source=shards", "--set", "data.shards=" + os.path.join(WORK, "shards"),
                "--set", "data.tokenizer=" + os.path.join(WORK, "tok.json"), "--set", "model.vocab=0",
                "--set", "data.eval_shards=" + os.path.join(WORK, "eval_shards")]
-FAILED = []
-COUNT = [0]
-SAN = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "internal error", "assertion", "Segmentation fault")
-
-
-def note(ok, msg):
-    COUNT[0] += 1
-    if not ok:
-        print("FAIL  " + msg)
-        FAILED.append(msg)
+sys.path.insert(0, os.path.join(SRC, "tests", "support", "util"))
+from hostile_lib import COUNT, FAILED, SAN, note, under  # noqa: E402
+import hostile_lib  # noqa: E402
 
 
 def snapshot():
-    snap = {}
-    for root, dirs, files in os.walk(WORK):
-        for n in dirs + files:
-            p = os.path.join(root, n)
-            st = os.lstat(p)
-            isdir = os.path.isdir(p) and not os.path.islink(p)
-            snap[p] = (st.st_mode >> 12, 0 if isdir else st.st_size, 0 if isdir else st.st_mtime_ns)
-    return snap
-
-
-def under(p, roots):
-    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+    return hostile_lib.snapshot(WORK)
 
 
 def fsize_limit(n):
