@@ -32,66 +32,24 @@ EXE, SRC, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), os.
 PART = sys.argv[4] if len(sys.argv) > 4 else "base"
 RECIPE = os.path.join(SRC, "recipes", "test-synthetic.ini")
 sys.path.insert(0, os.path.join(SRC, "tests", "support", "util"))
-from hostile_lib import COUNT, FAILED, SAN, note, under  # noqa: E402
+from hostile_lib import COUNT, FAILED, SAN, note  # noqa: E402
 import hostile_lib  # noqa: E402
 
 
-def snapshot():
-    return hostile_lib.snapshot(WORK)
-
-
 def run(args, timeout=120, env=None):
-    e = dict(os.environ)
-    # a sanitizer build checks leaks too: a refusal frees what it allocated. OpenMPI keeps memory of its
-    # own at exit, suppressed by library (tests/support/lsan.supp), which needs the full stacks of the slow
-    # unwinder (OpenMPI's plugins are unloaded before the leak check, so a short stack names no library)
-    e.setdefault("ASAN_OPTIONS", "detect_leaks=1:fast_unwind_on_malloc=0")
-    e.setdefault("LSAN_OPTIONS", "print_suppressions=0:suppressions=" + os.path.join(SRC, "tests", "support", "lsan.supp"))
-    if env:
-        e.update(env)
     try:
-        p = subprocess.run(args, capture_output=True, timeout=timeout, env=e, cwd=WORK)
+        p = subprocess.run(args, capture_output=True, timeout=timeout, env=hostile_lib.sanitizer_env(SRC, env), cwd=WORK)
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
         return -999, "", "timed out after %d s" % timeout
 
 
 def refused(name, args, must, outs=(), own=(), timeout=120, env=None):
-    """args must exit 1..125 with every word of `must` in its stderr, no sanitizer report, nothing
-    changed under WORK outside `own` (and `outs`), and no path of `outs` (nor outs' X.tmp.*) left."""
-    outs = [os.path.abspath(os.path.join(WORK, o)) for o in outs]
-    own = [os.path.abspath(os.path.join(WORK, o)) for o in own] + outs
-    before = snapshot()
-    rc, out, err = run(args, timeout, env)
-    after = snapshot()
-    short = err.strip().replace("\n", " | ")[:400]
-    note(1 <= rc <= 125, "%s: exit status %d, expected a refusal (1..125): %s" % (name, rc, short))
-    bad = [s for s in SAN if s in err]
-    note(not bad, "%s: %s on stderr: %s" % (name, bad, short))
-    missing = [m for m in must if m not in err]
-    note(not missing, "%s: the message does not name %s: %s" % (name, missing, short))
-    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p) and not under(p, own))
-    note(not changed, "%s: touched outside its output folder: %s" % (name, changed[:5]))
-    for o in outs:
-        left = [o] if os.path.lexists(o) else []
-        d, b = os.path.split(o)
-        if os.path.isdir(d):
-            left += [os.path.join(d, n) for n in os.listdir(d) if n.startswith(b + ".tmp.")]
-        note(not left, "%s: partial output left: %s" % (name, left))
-    if 1 <= rc <= 125 and not bad and not missing:
-        print("ok    %s: %s" % (name, err.strip().splitlines()[-1][:160] if err.strip() else ""))
-    return err
+    return hostile_lib.refused_run(name, WORK, lambda: run(args, timeout, env), must, outs, own)
 
 
 def works(name, args, expect_out=None, timeout=120):
-    rc, out, err = run(args, timeout)
-    bad = [s for s in SAN if s in err]
-    note(rc == 0 and not bad, "%s: exit %d, expected 0: %s" % (name, rc, err.strip()[:300]))
-    if expect_out is not None:
-        note(expect_out in out, "%s: '%s' not in the output: %s" % (name, expect_out, out[:300]))
-    if rc == 0 and not bad:
-        print("ok    %s" % name)
-    return out
+    return hostile_lib.works_run(name, lambda: run(args, timeout), expect_out)
 
 
 # ---- safetensors by hand ----------------------------------------------------------------------------
