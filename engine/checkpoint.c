@@ -347,23 +347,33 @@ int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointS
 void checkpoint_shard_abort(const char* tmp) { ck_rm_rf(tmp); }
 
 /* Check one tensor just read from f into x: values (finite; nonneg: AdamW's v >= 0), then the
- * checksum of its bytes in the file. Values first: a NaN is named as such, not as a checksum failure. */
-static int ck_check_loaded(const StFile* f, const char* name, const float* x, size_t n, int nonneg, int check,
+ * checksum of its bytes in the file. Values first: a NaN is named as such, not as a checksum failure.
+ * x holds the whole tensor (whole = 1: an F32 tensor's bytes are x's, hashed there) or part of it (its
+ * bytes are hashed from the file, a chunk at a time). */
+static int ck_check_values(const StFile* f, const char* name, const float* x, size_t n, int64_t first, int nonneg,
                            char* err, size_t err_len) {
     int64_t bad = ck_bad_value(x, n, nonneg);
     if (bad >= 0) {
         rr_fail(err, err_len, "%s: tensor '%s' holds %s value (%g at element %lld)%s: the checkpoint is damaged, "
-               "refusing to load it", f->path, name, ck_value_kind(x[bad]), (double)x[bad], (long long)bad,
+               "refusing to load it", f->path, name, ck_value_kind(x[bad]), (double)x[bad], (long long)(first + bad),
                nonneg && !isnan(x[bad]) && !isinf(x[bad]) ? " but an AdamW second moment is never negative" : "");
         return -1;
     }
+    return 0;
+}
+
+static int ck_check_loaded(const StFile* f, const char* name, const float* x, size_t n, int whole, int nonneg,
+                           int check, char* err, size_t err_len) {
+    if (x && ck_check_values(f, name, x, n, 0, nonneg, err, err_len) != 0) return -1;
     char key[200];
     ck_checksum_key(key, sizeof key, name);
     const char* want = st_meta(f, key);
     if (!want && check == CK_CHECK_VALUES) return 0; /* no checksum to verify (another tool's file) */
     const StTensor* t = st_find(f, name);
     RR_ASSERT(t);
-    uint64_t stored = 0, got = rr_xxh64(t->data, t->end - t->begin, 0);
+    uint64_t stored = 0, got = 0;
+    if (whole && t->dtype == DTYPE_F32) got = rr_xxh64(x, t->end - t->begin, 0);
+    else if (st_tensor_xxh64(f, t, &got, err, err_len) != 0) return -1;
     char* end = NULL;
     if (want) stored = strtoull(want, &end, 16);
     if (!want || strlen(want) != 16 || *end) {
@@ -413,7 +423,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
             for (int i = 0; i < t->ndim; i++) fs.gshape[i] = t->shape[i];
         if (want->dim < 0 && fs.dim < 0) { /* whole from whole: the common case */
             rc = st_read_f32(&f[k], name, out, ndim, shape, err, err_len);
-            if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, out, (size_t)lnumel, nonneg, check, err, err_len);
+            if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, out, (size_t)lnumel, 1, nonneg, check, err, err_len);
             free(covered);
             return rc;
         }
@@ -453,9 +463,30 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
             rc = -1;
             break;
         }
+        if (outer == 1) {
+            /* cut along dimension 0: each overlap is whole rows, contiguous in both the piece and out, read from
+             * the file straight into place (the piece is never held whole); the values read are checked, and the
+             * piece's checksum is computed from the file a chunk at a time */
+            for (int a = 0, wpos = 0; a < wn && rc == 0; wpos += (int)wl[a], a++)
+                for (int b = 0, ppos = 0; b < pn && rc == 0; ppos += (int)pl[b], b++) {
+                    int64_t lo = wo[a] > po[b] ? wo[a] : po[b];
+                    int64_t hi = wo[a] + wl[a] < po[b] + pl[b] ? wo[a] + wl[a] : po[b] + pl[b];
+                    if (lo >= hi) continue;
+                    float* dst = out + (wpos + lo - wo[a]) * inner;
+                    rc = st_read_f32_range(&f[k], t, (uint64_t)((ppos + lo - po[b]) * inner), (uint64_t)((hi - lo) * inner),
+                                           dst, err, err_len);
+                    if (rc == 0 && check)
+                        rc = ck_check_values(&f[k], name, dst, (size_t)((hi - lo) * inner), (ppos + lo - po[b]) * inner,
+                                             nonneg, err, err_len);
+                    memset(covered + wpos + lo - wo[a], 1, (size_t)(hi - lo));
+                }
+            if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, NULL, 0, 0, nonneg, check, err, err_len);
+            if (rc != 0) break;
+            continue;
+        }
         tmp = reallocCheck(tmp, (size_t)pnumel * sizeof(float) + 1);
         rc = st_read_f32(&f[k], name, tmp, t->ndim, t->shape, err, err_len);
-        if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, tmp, (size_t)pnumel, nonneg, check, err, err_len);
+        if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, tmp, (size_t)pnumel, 1, nonneg, check, err, err_len);
         if (rc != 0) break;
         for (int a = 0, wpos = 0; a < wn; wpos += (int)wl[a], a++)
             for (int b = 0, ppos = 0; b < pn; ppos += (int)pl[b], b++) {
@@ -603,6 +634,9 @@ static int ck_load_files(const char* dir, const cJSON* files, const char* base, 
             *out = NULL;
             return -1;
         }
+        /* a checkpoint of many shards (pp x tp x chunks files): its descriptors are not all held at once,
+         * each read reopens its file (and checks it is the one opened) */
+        if (cJSON_GetArraySize(files) > ST_KEEP_OPEN) st_close_fd(&(*out)[n]);
         n++;
     }
     if (n == 0) {

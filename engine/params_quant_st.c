@@ -103,35 +103,40 @@ int params_quant_st_read(const StFile* f, int nf, ParamTable* pt, int require, c
                     meta ? "\"" : "", want);
             return -1;
         }
-        for (int p = 0; p < 4; p++) {
+        void* b[4] = {NULL}; /* each part read from the file (engine/safetensors.h: read on demand) */
+        int rc = 0;
+        for (int p = 0; p < 4 && rc == 0; p++) {
             snprintf(name, sizeof name, "%s.nf4.%s", s->name, PART[p]);
             t[p] = st_find(F, name);
             if (!t[p] || t[p]->dtype != dt[p] || t[p]->ndim != 1 || t[p]->shape[0] != len[p]) {
                 rr_fail(err, err_len, "%s: tensor '%s' is %s; expected %s (%" PRId64 ") for %s's NF4 form", F->path, name,
                         t[p] ? "of another dtype or shape" : "missing", dtype_name(dt[p]), len[p], s->name);
-                return -1;
+                rc = -1;
+                break;
+            }
+            b[p] = mallocCheck((size_t)len[p] * dtype_size(dt[p]) + 1);
+            if (st_read_raw(F, t[p], 0, t[p]->end - t[p]->begin, b[p], err, err_len) != 0) {
+                rc = -1;
+                break;
             }
             char key[256];
             snprintf(key, sizeof key, "xxh64.%s", name);
             const char* sum = st_meta(F, key);
             char* end = NULL;
             uint64_t stored = sum ? strtoull(sum, &end, 16) : 0;
-            if (!sum || strlen(sum) != 16 || *end || stored != rr_xxh64(t[p]->data, t[p]->end - t[p]->begin, 0)) {
+            if (!sum || strlen(sum) != 16 || *end || stored != rr_xxh64(b[p], t[p]->end - t[p]->begin, 0)) {
                 rr_fail(err, err_len, "%s: tensor '%s' %s: the file is damaged, refusing to load it", F->path, name,
                         sum ? "fails its checksum" : "has no checksum");
-                return -1;
+                rc = -1;
             }
         }
-        /* the data may be unaligned in the file buffer: copied out */
-        void* b[4];
-        for (int p = 0; p < 4; p++) {
-            b[p] = mallocCheck((size_t)len[p] * dtype_size(dt[p]) + 1);
-            memcpy(b[p], t[p]->data, (size_t)len[p] * dtype_size(dt[p]));
+        if (rc == 0) {
+            float off;
+            memcpy(&off, b[3], sizeof off);
+            params_quant_set(pt, i, b[0], b[1], b[2], off);
         }
-        float off;
-        memcpy(&off, b[3], sizeof off);
-        params_quant_set(pt, i, b[0], b[1], b[2], off);
         for (int p = 0; p < 4; p++) free(b[p]);
+        if (rc != 0) return -1;
     }
     return 0;
 }

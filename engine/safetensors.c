@@ -9,7 +9,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------------
  * small helpers */
@@ -242,36 +245,42 @@ void st_free(StFile* f) {
     free(f->meta_by_key);
     free(f->meta_keys);
     free(f->meta_vals);
-    free(f->buf);
+    free(f->mem);
     free(f->path);
+    if (f->fd >= 0) close(f->fd);
     memset(f, 0, sizeof *f);
+    f->fd = -1;
 }
 
-/* Takes ownership of buf (malloc'd, size bytes). */
-static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* err, size_t err_len) {
-    memset(f, 0, sizeof *f);
-    f->path = st_strdup(path);
-    f->buf = buf;
-    f->size = size;
-    cJSON* root = NULL;
-    if (size < 8) {
-        rr_fail(err, err_len, "%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", path,
-               size);
-        goto fail;
-    }
-    uint64_t hl = 0;
-    for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)buf[b] << (8 * b);
-    if (hl > ST_MAX_HEADER) {
+void st_close_fd(StFile* f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+}
+
+/* The 8-byte header length at the start of a file of `size` bytes, checked against the limit and the size. */
+static int st_header_len(const char* path, const unsigned char* first8, uint64_t size, uint64_t* hl, char* err,
+                         size_t err_len) {
+    *hl = 0;
+    for (int b = 0; b < 8; b++) *hl |= (uint64_t)first8[b] << (8 * b);
+    if (*hl > ST_MAX_HEADER) {
         rr_fail(err, err_len, "%s: header length %llu exceeds the %u-byte limit (not a safetensors file?)", path,
-               (unsigned long long)hl, ST_MAX_HEADER);
-        goto fail;
+               (unsigned long long)*hl, ST_MAX_HEADER);
+        return -1;
     }
-    if (hl > size - 8) {
-        rr_fail(err, err_len, "%s: truncated: header length %llu but only %zu bytes follow the length field", path,
-               (unsigned long long)hl, size - 8);
-        goto fail;
+    if (*hl > size - 8) {
+        rr_fail(err, err_len, "%s: truncated: header length %llu but only %llu bytes follow the length field", path,
+               (unsigned long long)*hl, (unsigned long long)(size - 8));
+        return -1;
     }
-    const char* hdr = buf + 8;
+    return 0;
+}
+
+/* Parses the header (hl bytes at hdr) of f, whose path, size and source (fd or mem) are set, and checks
+ * every tensor's offsets against the data buffer the file's size leaves. On failure frees f. */
+static int st_parse(StFile* f, const char* hdr, uint64_t hl, char* err, size_t err_len) {
+    const char* path = f->path;
+    uint64_t size = f->size;
+    cJSON* root = NULL;
     if (hl == 0 || hdr[0] != '{') {
         rr_fail(err, err_len, "%s: header does not start with '{' (not a safetensors file?)", path);
         goto fail;
@@ -289,8 +298,8 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
                    (size_t)(q - hdr));
             goto fail;
         }
-    f->data = hdr + hl;
-    f->data_size = size - 8 - (size_t)hl;
+    f->data_off = 8 + hl;
+    f->data_size = (size_t)(size - 8 - hl);
 
     int count = 0;
     for (cJSON* it = root->child; it; it = it->next) count++;
@@ -395,7 +404,6 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         }
         t->begin = (size_t)b0;
         t->end = (size_t)b1;
-        t->data = f->data + b0;
     }
     cJSON_Delete(root);
     root = NULL;
@@ -454,32 +462,117 @@ fail:
     return -1;
 }
 
+/* pread of exactly len bytes at off, or -1 with errno (0 when the file ended first). */
+static int st_pread_all(int fd, void* out, uint64_t len, uint64_t off, uint64_t* got) {
+    char* p = out;
+    *got = 0;
+    while (*got < len) {
+        size_t want = len - *got > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)(len - *got);
+        ssize_t r = pread(fd, p + *got, want, (off_t)(off + *got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) {
+            errno = 0;
+            return -1;
+        }
+        *got += (uint64_t)r;
+    }
+    return 0;
+}
+
 int st_load(StFile* f, const char* path, char* err, size_t err_len) {
-    size_t size = 0;
-    /* a safetensors file is a regular file: a device or a pipe (/dev/zero) would be read up to the 1 TiB cap */
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    char why[160];
+    /* opened without waiting: a FIFO planted where a file belongs is refused below, not waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
-        memset(f, 0, sizeof *f);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        rr_fail(err, err_len, "cannot read safetensors file '%s': %s", path,
+               rr_read_file_why(e, "a .safetensors file", why, sizeof why));
+        return -1;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        close(fd);
+        rr_fail(err, err_len, "cannot read safetensors file '%s': %s", path,
+               rr_read_file_why(EISDIR, "a .safetensors file", why, sizeof why));
+        return -1;
+    }
+    /* a safetensors file is a regular file: a device or a pipe (/dev/zero) has no size to check a header against */
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
         rr_fail(err, err_len, "cannot read safetensors file '%s': not a regular file (a device or a pipe), expected a "
                ".safetensors file", path);
         return -1;
     }
-    char* buf = rr_read_file(path, &size, RR_MAX_SAFETENSORS);
-    if (!buf) {
-        memset(f, 0, sizeof *f);
-        char why[128];
-        rr_fail(err, err_len, "cannot read safetensors file '%s': %s", path,
-               rr_read_file_why(errno, "a .safetensors file", why, sizeof why));
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size > RR_MAX_SAFETENSORS) {
+        char cap[32];
+        rr_fmt_bytes(cap, sizeof cap, RR_MAX_SAFETENSORS);
+        close(fd);
+        rr_fail(err, err_len, "cannot read safetensors file '%s': %llu bytes, larger than %s, the limit for a "
+               ".safetensors file", path, (unsigned long long)size, cap);
         return -1;
     }
-    return st_parse(f, path, buf, size, err, err_len);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    f->path = st_strdup(path);
+    f->fd = fd;
+    f->dev = (uint64_t)sb.st_dev, f->ino = (uint64_t)sb.st_ino;
+    f->size = size;
+    if (size < 8) {
+        rr_fail(err, err_len, "%s: not a safetensors file: %llu bytes, shorter than the 8-byte header length", path,
+               (unsigned long long)size);
+        st_free(f);
+        return -1;
+    }
+    unsigned char first8[8];
+    uint64_t hl = 0, got = 0;
+    if (st_pread_all(fd, first8, 8, 0, &got) != 0) {
+        rr_fail(err, err_len, "%s: cannot read the header length: %s", path, errno ? strerror(errno) : "the file ended");
+        st_free(f);
+        return -1;
+    }
+    if (st_header_len(path, first8, size, &hl, err, err_len) != 0) {
+        st_free(f);
+        return -1;
+    }
+    char* hdr = mallocCheck((size_t)hl + 1); /* at most ST_MAX_HEADER */
+    if (st_pread_all(fd, hdr, hl, 8, &got) != 0) {
+        rr_fail(err, err_len, "%s: cannot read the %llu-byte header: %s (the file shrank while being opened?)", path,
+               (unsigned long long)hl, errno ? strerror(errno) : "the file ended first");
+        free(hdr);
+        st_free(f);
+        return -1;
+    }
+    hdr[hl] = 0;
+    int rc = st_parse(f, hdr, hl, err, err_len);
+    free(hdr);
+    return rc;
 }
 
 int st_load_buffer(StFile* f, const char* path, const void* bytes, size_t size, char* err, size_t err_len) {
-    char* buf = mallocCheck(size + 1);
-    if (size) memcpy(buf, bytes, size);
-    buf[size] = 0;
-    return st_parse(f, path, buf, size, err, err_len);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = st_strdup(path);
+    f->mem = mallocCheck(size + 1);
+    if (size) memcpy(f->mem, bytes, size);
+    f->mem[size] = 0;
+    f->size = size;
+    uint64_t hl = 0;
+    if (size < 8) {
+        rr_fail(err, err_len, "%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", path,
+               size);
+        st_free(f);
+        return -1;
+    }
+    if (st_header_len(path, (const unsigned char*)f->mem, size, &hl, err, err_len) != 0) {
+        st_free(f);
+        return -1;
+    }
+    return st_parse(f, f->mem + 8, hl, err, err_len);
 }
 
 const StTensor* st_find(const StFile* f, const char* name) {
@@ -544,25 +637,106 @@ int st_expect_shape(const StFile* f, const char* name, int ndim, const int64_t* 
     return st_check(f, name, ndim, shape, err, err_len) ? 0 : -1;
 }
 
+int st_read_raw(const StFile* f, const StTensor* t, uint64_t off, uint64_t len, void* out, char* err, size_t err_len) {
+    RR_ASSERT(off <= t->end - t->begin && len <= t->end - t->begin - off);
+    if (len == 0) return 0;
+    uint64_t at = f->data_off + t->begin + off;
+    if (f->mem) {
+        memcpy(out, f->mem + at, (size_t)len);
+        return 0;
+    }
+    int fd = f->fd, own = 0;
+    struct stat sb;
+    if (fd < 0) { /* st_close_fd: reopened for this read, and it must be the file opened */
+        fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            rr_fail(err, err_len, "%s: tensor '%s': cannot reopen the file: %s", f->path, t->name, strerror(errno));
+            return -1;
+        }
+        own = 1;
+    }
+    int rc = -1;
+    if (fstat(fd, &sb) != 0) {
+        rr_fail(err, err_len, "%s: tensor '%s': %s", f->path, t->name, strerror(errno));
+    } else if (own && ((uint64_t)sb.st_dev != f->dev || (uint64_t)sb.st_ino != f->ino)) {
+        rr_fail(err, err_len, "%s: tensor '%s': the file was replaced since it was opened (another file at this path "
+               "now): refusing to mix the two", f->path, t->name);
+    } else if ((uint64_t)sb.st_size != f->size) {
+        rr_fail(err, err_len, "%s: tensor '%s': the file changed size since it was opened (%llu bytes then, %llu "
+               "now): written or truncated while being read; refusing to read it", f->path, t->name,
+               (unsigned long long)f->size, (unsigned long long)sb.st_size);
+    } else {
+        uint64_t got = 0;
+        if (st_pread_all(fd, out, len, at, &got) == 0) rc = 0;
+        else if (errno)
+            rr_fail(err, err_len, "%s: tensor '%s': read error at byte %llu: %s", f->path, t->name,
+                   (unsigned long long)(at + got), strerror(errno));
+        else
+            rr_fail(err, err_len, "%s: tensor '%s': the file ends at byte %llu, inside the tensor's bytes (it "
+                   "should hold %llu): truncated while being read", f->path, t->name,
+                   (unsigned long long)(at + got), (unsigned long long)f->size);
+    }
+    if (own) close(fd);
+    return rc;
+}
+
+#define ST_CHUNK ((size_t)4 << 20) /* bytes per read when converting or hashing: a bound on the extra memory */
+
+int st_read_f32_range(const StFile* f, const StTensor* t, uint64_t first, uint64_t count, float* out, char* err,
+                      size_t err_len) {
+    size_t es = dtype_size(t->dtype);
+    RR_ASSERT(first <= (t->end - t->begin) / es && count <= (t->end - t->begin) / es - first);
+    if (t->dtype == DTYPE_F32) return st_read_raw(f, t, first * 4, count * 4, out, err, err_len);
+    if (t->dtype != DTYPE_BF16 && t->dtype != DTYPE_F16) {
+        rr_fail(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16 (or F16)", f->path, t->name,
+               dtype_name(t->dtype));
+        return -1;
+    }
+    if (count == 0) return 0;
+    size_t per = ST_CHUNK / 2;
+    unsigned char* p = mallocCheck(2 * (count < per ? (size_t)count : per));
+    int rc = 0;
+    for (uint64_t done = 0; done < count && rc == 0;) {
+        size_t k = count - done < per ? (size_t)(count - done) : per;
+        rc = st_read_raw(f, t, (first + done) * 2, (uint64_t)k * 2, p, err, err_len);
+        for (size_t i = 0; rc == 0 && i < k; i++) {
+            uint16_t h = (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8));
+            out[done + i] = t->dtype == DTYPE_BF16 ? st_bf16_to_f32(h) : st_f16_to_f32(h);
+        }
+        done += k;
+    }
+    free(p);
+    return rc;
+}
+
+int st_tensor_xxh64(const StFile* f, const StTensor* t, uint64_t* hash, char* err, size_t err_len) {
+    uint64_t n = t->end - t->begin;
+    RrXxh64 s;
+    rr_xxh64_init(&s, 0);
+    unsigned char* p = mallocCheck(n < ST_CHUNK ? (size_t)n + 1 : ST_CHUNK);
+    int rc = 0;
+    for (uint64_t done = 0; done < n && rc == 0;) {
+        size_t k = n - done < ST_CHUNK ? (size_t)(n - done) : ST_CHUNK;
+        rc = st_read_raw(f, t, done, k, p, err, err_len);
+        if (rc == 0) rr_xxh64_update(&s, p, k);
+        done += k;
+    }
+    free(p);
+    *hash = rr_xxh64_digest(&s);
+    return rc;
+}
+
 int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const int64_t* shape, char* err,
                 size_t err_len) {
     const StTensor* t = st_check(f, name, ndim, shape, err, err_len);
     if (!t) return -1;
-    size_t n = (t->end - t->begin) / dtype_size(t->dtype);
-    if (t->dtype == DTYPE_F32) {
-        if (n) memcpy(out, t->data, n * 4); /* out may be NULL for an empty tensor */
-    } else if (t->dtype == DTYPE_BF16) {
-        const unsigned char* p = t->data;
-        for (size_t i = 0; i < n; i++) out[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
-    } else if (t->dtype == DTYPE_F16) {
-        const unsigned char* p = t->data;
-        for (size_t i = 0; i < n; i++) out[i] = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
-    } else {
+    if (t->dtype != DTYPE_F32 && t->dtype != DTYPE_BF16 && t->dtype != DTYPE_F16) {
         rr_fail(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16 (or F16)", f->path, name,
                dtype_name(t->dtype));
         return -1;
     }
-    return 0;
+    /* out may be NULL for an empty tensor */
+    return st_read_f32_range(f, t, 0, (t->end - t->begin) / dtype_size(t->dtype), out, err, err_len);
 }
 
 int st_read_i32(const StFile* f, const char* name, int32_t* out, int ndim, const int64_t* shape, char* err,
@@ -573,6 +747,5 @@ int st_read_i32(const StFile* f, const char* name, int32_t* out, int ndim, const
         rr_fail(err, err_len, "%s: tensor '%s' has dtype %s, expected I32", f->path, name, dtype_name(t->dtype));
         return -1;
     }
-    if (t->end > t->begin) memcpy(out, t->data, t->end - t->begin);
-    return 0;
+    return st_read_raw(f, t, 0, t->end - t->begin, out, err, err_len);
 }

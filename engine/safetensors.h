@@ -31,8 +31,7 @@ typedef struct {
     DType dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    size_t begin, end;  /* byte offsets into the data buffer */
-    const void* data;   /* reader: points into the file buffer (may be unaligned; use st_read_*) */
+    size_t begin, end;  /* byte offsets into the data buffer (the bytes are read on demand: st_read_*) */
 } StTensor;
 
 /* ---- writer ---------------------------------------------------------------------------------- */
@@ -52,12 +51,19 @@ void st_writer_meta(StWriter* w, const char* key, const char* value);
 int st_writer_write(const StWriter* w, const char* path, char* err, size_t err_len);
 void st_writer_free(StWriter* w);
 
-/* ---- reader ---------------------------------------------------------------------------------- */
+/* ---- reader ----------------------------------------------------------------------------------
+ * A file opened for reading holds its parsed header and an open descriptor, not its bytes: a tensor's
+ * bytes are read (pread) when a st_read_* call asks for them, into the caller's buffer, so reading a
+ * file costs the memory of what is read, not of the file (docs/engine.md "Safetensors files"). Every
+ * read checks that the file still has the size it had when opened (a file truncated, grown or replaced
+ * while open is an error naming the file and the tensor, never a crash: no mmap, no SIGBUS). */
 typedef struct {
     char* path;
-    char* buf; /* whole file */
-    size_t size;
-    const char* data; /* start of the data buffer inside buf */
+    int fd;            /* st_load: the open descriptor; -1 after st_close_fd (reads reopen the path) or in memory */
+    uint64_t dev, ino; /* the file opened (a reopen must find the same one) */
+    char* mem;         /* st_load_buffer: the whole bytes (copied); NULL for a file */
+    uint64_t size;     /* the file's size when opened */
+    uint64_t data_off; /* where the data buffer starts in the file (8 + header length) */
     size_t data_size;
     int n;
     StTensor* tensors; /* in the order of data_offsets */
@@ -68,24 +74,43 @@ typedef struct {
     int* meta_by_key; /* metadata indices sorted by key: st_meta's (NULL when n_meta < 2) */
 } StFile;
 
-/* Read and validate a file. Returns 0, or -1 with a message naming the file (and the tensor) in err;
- * on failure nothing needs freeing. */
+/* Open and validate a file: reads its header (and its size), checks everything the header can get wrong
+ * against the file's size, and keeps the descriptor open for the reads. Returns 0, or -1 with a message
+ * naming the file (and the tensor) in err; on failure nothing needs freeing (and nothing stays open). */
 int st_load(StFile* f, const char* path, char* err, size_t err_len);
 /* Same, from memory (the bytes are copied); `path` is used in messages. */
 int st_load_buffer(StFile* f, const char* path, const void* bytes, size_t size, char* err, size_t err_len);
+/* Close the descriptor and free everything. */
 void st_free(StFile* f);
+/* Close the descriptor but keep the header: a later read reopens the path for its own duration, and refuses
+ * a file that is not the one opened (another inode) or has another size. For callers that hold more files
+ * than the open-file limit allows (checkpoints of many shards). */
+void st_close_fd(StFile* f);
+/* How many files a caller keeps open at once before it closes their descriptors (st_close_fd): well under the
+ * usual limit of 1024 descriptors a process. */
+#define ST_KEEP_OPEN 64
 const StTensor* st_find(const StFile* f, const char* name); /* NULL when absent */
 const char* st_meta(const StFile* f, const char* key);     /* NULL when absent */
 
 /* Whether tensor `name` exists with exactly the expected shape: 0, or -1 with a message naming the file,
  * the tensor and both shapes. (Check before sizing a buffer from the expected shape.) */
 int st_expect_shape(const StFile* f, const char* name, int ndim, const int64_t* shape, char* err, size_t err_len);
-/* Copy tensor `name` into out as f32 (F32 copied, BF16 widened), checking that it exists and has
- * exactly the expected shape. Returns 0, or -1 with a message naming the file and tensor. */
+/* Copy tensor `name` into out as f32 (F32 copied, BF16 and F16 widened), checking that it exists and has
+ * exactly the expected shape. Returns 0, or -1 with a message naming the file and tensor (a read error,
+ * a file that changed since it was opened). */
 int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const int64_t* shape, char* err,
                 size_t err_len);
 int st_read_i32(const StFile* f, const char* name, int32_t* out, int ndim, const int64_t* shape, char* err,
                 size_t err_len);
+/* Bytes [off, off + len) of tensor t (of f) as stored, into out (len bytes). off + len must lie inside the
+ * tensor (a programmer error otherwise). 0, or -1 with a message naming the file and the tensor. */
+int st_read_raw(const StFile* f, const StTensor* t, uint64_t off, uint64_t len, void* out, char* err, size_t err_len);
+/* Elements [first, first + count) of tensor t (F32, BF16 or F16) as f32, into out: only those bytes are
+ * read (the rows of a slice along dimension 0). 0, or -1 with a message. */
+int st_read_f32_range(const StFile* f, const StTensor* t, uint64_t first, uint64_t count, float* out, char* err,
+                      size_t err_len);
+/* rr_xxh64 of tensor t's stored bytes, read a chunk at a time (memory: one chunk, not the tensor). */
+int st_tensor_xxh64(const StFile* f, const StTensor* t, uint64_t* hash, char* err, size_t err_len);
 
 /* bf16 <-> f32 (round to nearest even; NaN stays NaN). */
 uint16_t st_f32_to_bf16(float x);

@@ -439,6 +439,59 @@ uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed) {
     return h;
 }
 
+void rr_xxh64_init(RrXxh64* s, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->seed = seed;
+    s->v[0] = seed + XXH_P1 + XXH_P2, s->v[1] = seed + XXH_P2, s->v[2] = seed, s->v[3] = seed - XXH_P1;
+}
+
+static void xxh_stripe(uint64_t* v, const unsigned char* p) {
+    for (int k = 0; k < 4; k++) v[k] = xxh_round(v[k], xxh_read64(p + 8 * k));
+}
+
+void rr_xxh64_update(RrXxh64* s, const void* data, size_t n) {
+    const unsigned char* p = data;
+    s->total += n;
+    if (s->nbuf) { /* complete the stripe held from the last piece */
+        size_t take = 32 - s->nbuf < n ? 32 - s->nbuf : n;
+        memcpy(s->buf + s->nbuf, p, take);
+        s->nbuf += (unsigned)take, p += take, n -= take;
+        if (s->nbuf < 32) return;
+        xxh_stripe(s->v, s->buf);
+        s->nbuf = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) xxh_stripe(s->v, p);
+    if (n) memcpy(s->buf, p, n), s->nbuf = (unsigned)n;
+}
+
+uint64_t rr_xxh64_digest(const RrXxh64* s) {
+    const unsigned char* p = s->buf;
+    const unsigned char* end = p + s->nbuf;
+    uint64_t h;
+    if (s->total >= 32) {
+        const uint64_t* v = s->v;
+        h = xxh_rotl(v[0], 1) + xxh_rotl(v[1], 7) + xxh_rotl(v[2], 12) + xxh_rotl(v[3], 18);
+        for (int k = 0; k < 4; k++) h = xxh_merge(h, v[k]);
+    } else {
+        h = s->seed + XXH_P5;
+    }
+    h += s->total;
+    for (; p + 8 <= end; p += 8) h = xxh_rotl(h ^ xxh_round(0, xxh_read64(p)), 27) * XXH_P1 + XXH_P4;
+    if (p + 4 <= end) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        h = xxh_rotl(h ^ (uint64_t)v * XXH_P1, 23) * XXH_P2 + XXH_P3;
+        p += 4;
+    }
+    for (; p < end; p++) h = xxh_rotl(h ^ *p * XXH_P5, 11) * XXH_P1;
+    h ^= h >> 33;
+    h *= XXH_P2;
+    h ^= h >> 29;
+    h *= XXH_P3;
+    h ^= h >> 32;
+    return h;
+}
+
 /* ---- shared objects beside the executable ------------------------------------------------------------ */
 
 static void* dlopen_noting(const char* path, char* tried, size_t tried_len) {

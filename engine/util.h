@@ -138,6 +138,16 @@ int rr_mkdirs(const char* path);
 /* XXH64 (xxHash, 64-bit, as the reference XXH64(data, n, seed) on a little-endian host): a checksum
  * of checkpoint tensors, ~10x faster than FNV-1a on large buffers. */
 uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed);
+/* The same hash over bytes given in pieces (a tensor read from its file a chunk at a time): init, update with
+ * each piece in order, digest; equal to rr_xxh64 of the pieces joined. */
+typedef struct {
+    uint64_t v[4], total, seed;
+    unsigned char buf[32];
+    unsigned nbuf;
+} RrXxh64;
+void rr_xxh64_init(RrXxh64* s, uint64_t seed);
+void rr_xxh64_update(RrXxh64* s, const void* data, size_t n);
+uint64_t rr_xxh64_digest(const RrXxh64* s);
 
 /* Open the shared object `soname` that this build puts beside its executables (the CUDA backend, the NCCL
  * transport), looking in order at $env_var (a path), the running executable's folder, ../lib/ from it,

@@ -73,6 +73,8 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
         if (st_load(&s->files[i], names[i], err, sizeof err) != 0) {
             fprintf(stderr, "rrfp-mm: error: %s\n", err);
             rc = -1;
+        } else if (nn > ST_KEEP_OPEN) {
+            st_close_fd(&s->files[i]); /* a folder of many shards: each read reopens its file */
         }
         free(names[i]);
     }
@@ -222,7 +224,9 @@ static void ls_nf4(const StFile* f, const char* name) {
     snprintf(key, sizeof key, "%s.nf4.offset", name);
     const StTensor* o = st_find(f, key);
     float off = 0;
-    if (o && o->dtype == DTYPE_F32 && o->end - o->begin == 4) memcpy(&off, o->data, 4);
+    char err[512];
+    if (o && o->dtype == DTYPE_F32 && o->end - o->begin == 4 && st_read_raw(f, o, 0, 4, &off, err, sizeof err) != 0)
+        fprintf(stderr, "rrfp-mm: warning: %s\n", err);
     long long nb = (oc * ic + block - 1) / block;
     printf("%-56s NF4  [%lld, %lld]  %lld blocks of %d, absmax U8 double-quantised (%lld of %d), offset %g\n", name, oc, ic,
            nb, block, (nb + nested - 1) / nested, nested, (double)off);
@@ -277,11 +281,25 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
             int64_t n = numel(ta);
             double maxabs = 0, maxrel = 0;
             int64_t at = -1, nbad = 0;
+            /* the stored bytes of both (I32, U8), read from their files for this comparison only */
+            char* ra = NULL;
+            char* rb = NULL;
+            if (ta->dtype == DTYPE_I32 || ta->dtype == DTYPE_U8) {
+                char err[512];
+                ra = mallocCheck(ta->end - ta->begin + 1), rb = mallocCheck(tb->end - tb->begin + 1);
+                if (st_read_raw(&a.files[f], ta, 0, ta->end - ta->begin, ra, err, sizeof err) != 0 ||
+                    st_read_raw(fb, tb, 0, tb->end - tb->begin, rb, err, sizeof err) != 0) {
+                    fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                    free(ra), free(rb);
+                    bad++;
+                    continue;
+                }
+            }
             if (ta->dtype == DTYPE_I32) {
                 for (int64_t k = 0; k < n; k++) {
                     int32_t x, y;
-                    memcpy(&x, (const char*)ta->data + 4 * k, 4);
-                    memcpy(&y, (const char*)tb->data + 4 * k, 4);
+                    memcpy(&x, ra + 4 * k, 4);
+                    memcpy(&y, rb + 4 * k, 4);
                     if (x != y) {
                         nbad++;
                         if (at < 0) at = k;
@@ -291,7 +309,7 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
                 int codes = ends_with(ta->name, ".nf4.codes");
                 int64_t blocks = 0, last = -1;
                 for (int64_t k = 0; k < n; k++)
-                    if (((const uint8_t*)ta->data)[k] != ((const uint8_t*)tb->data)[k]) {
+                    if (((const uint8_t*)ra)[k] != ((const uint8_t*)rb)[k]) {
                         nbad++;
                         if (at < 0) at = k;
                         if (k / 32 != last) blocks++, last = k / 32; /* 32 bytes: one block of 64 codes */
@@ -302,9 +320,14 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
             } else {
                 float* xa = mallocCheck(sizeof(float) * (size_t)n);
                 float* xb = mallocCheck(sizeof(float) * (size_t)n);
-                char err[256];
-                st_read_f32(&a.files[f], ta->name, xa, ta->ndim, ta->shape, err, sizeof err);
-                st_read_f32(fb, tb->name, xb, tb->ndim, tb->shape, err, sizeof err);
+                char err[512];
+                if (st_read_f32(&a.files[f], ta->name, xa, ta->ndim, ta->shape, err, sizeof err) != 0 ||
+                    st_read_f32(fb, tb->name, xb, tb->ndim, tb->shape, err, sizeof err) != 0) {
+                    fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                    free(xa), free(xb);
+                    bad++;
+                    continue;
+                }
                 for (int64_t k = 0; k < n; k++) {
                     double d = fabs((double)xa[k] - (double)xb[k]);
                     int nan_mismatch = isnan(xa[k]) != isnan(xb[k]);
@@ -323,6 +346,7 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
                 free(xa);
                 free(xb);
             }
+            free(ra), free(rb);
             compared++;
             if (nbad) {
                 bad++;

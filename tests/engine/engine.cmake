@@ -40,6 +40,12 @@ add_test(NAME safetensors_python_peer
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/engine/safetensors_peer.py $<TARGET_FILE:test_safetensors>
                  ${CMAKE_CURRENT_BINARY_DIR}/st_peer)
 
+# The reader reads tensor bytes on demand: every dtype path, files changed after they were opened, the
+# open-file limit.
+add_executable(test_safetensors_read tests/engine/test_safetensors_read.c)
+target_link_libraries(test_safetensors_read PRIVATE rrfp_core)
+add_test(NAME safetensors_read COMMAND test_safetensors_read ${CMAKE_CURRENT_BINARY_DIR})
+
 add_executable(test_checkpoint tests/engine/test_checkpoint.c)
 target_link_libraries(test_checkpoint PRIVATE rrfp_core)
 add_test(NAME checkpoint_unit COMMAND test_checkpoint ${CMAKE_CURRENT_BINARY_DIR})

@@ -61,7 +61,7 @@ static void flip_tensor_bit(const char* path, const char* name, size_t elem, int
     RR_ASSERT(st_load(&f, path, err, sizeof err) == 0);
     const StTensor* t = st_find(&f, name);
     RR_ASSERT(t && elem * 4 < t->end - t->begin);
-    long off = (long)((f.data - f.buf) + t->begin + elem * 4);
+    long off = (long)(f.data_off + t->begin + elem * 4);
     st_free(&f);
     FILE* fp = fopen(path, "r+b");
     RR_ASSERT(fp);

@@ -211,16 +211,18 @@ static int selftest(const char* dir) {
     if (check_failures) return 1;
     fixture_check(&f);
     /* header length is a multiple of 8 and the header is padded with spaces */
+    size_t size = 0;
+    char* bytes = rr_read_file(path, &size, 1 << 20);
+    CHECK(bytes && size == f.size, "read back %zu bytes", size);
+    if (check_failures) return 1;
     uint64_t hl = 0;
-    for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)f.buf[b] << (8 * b);
+    for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)bytes[b] << (8 * b);
     CHECK(hl % 8 == 0, "header length %llu", (unsigned long long)hl);
-    CHECK(f.size == 8 + hl + 15 * 4 + 4 * 2 + 12 * 4 + 4, "file size %zu", f.size);
+    CHECK(f.size == 8 + hl + 15 * 4 + 4 * 2 + 12 * 4 + 4, "file size %llu", (unsigned long long)f.size);
+    CHECK(f.data_off == 8 + hl, "data at %llu", (unsigned long long)f.data_off);
+    st_free(&f);
 
     /* Every truncation of the file must be rejected with a message, never crash or pass. */
-    size_t size = f.size;
-    char* bytes = mallocCheck(size);
-    memcpy(bytes, f.buf, size);
-    st_free(&f);
     for (size_t cut = 0; cut < size; cut++) {
         StFile g;
         int rc = st_load_buffer(&g, "cut.safetensors", bytes, cut, err, sizeof err);
