@@ -422,17 +422,62 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
     return guard_memory(be, world, b.total, detail, r->allow_overcommit, err, err_len);
 }
 
+/* A value of /proc/self/status in KiB ("VmRSS", "VmHWM", "RssAnon"); -1 when unreadable. */
+static long trainer_status_kib(const char* key) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') v = atol(line + n + 1);
+    fclose(f);
+    return v;
+}
+
+/* Tests only (RRFP_TEST_LOAD_PEAK set): the peak memory this rank reaches while train.init_from loads, over
+ * what it held before, beside what the load needs (its stages' tensors and the largest of them): the reader
+ * holds one tensor at a time, not the checkpoint's files (docs/engine.md "Safetensors files"). The peak
+ * mark is reset first ("5" to /proc/self/clear_refs); "reset 0" says it could not be, and the growth is then
+ * measured against the process's old peak. */
+static void trainer_load_probe(const Trainer* t, int end, long* rss0, int* reset) {
+    if (!getenv("RRFP_TEST_LOAD_PEAK")) return;
+    if (!end) {
+        FILE* f = fopen("/proc/self/clear_refs", "w");
+        *reset = f && fputs("5", f) >= 0;
+        if (f && fclose(f) != 0) *reset = 0;
+        *rss0 = trainer_status_kib("VmRSS");
+        return;
+    }
+    size_t stage = 0, largest = 0;
+    for (int c = 0; c < t->ex->n_stages; c++) {
+        const ParamTable* pt = &t->ex->stages[c]->params;
+        for (int i = 0; i < pt->n; i++) {
+            size_t b = pt->specs[i].numel * sizeof(float);
+            stage += b;
+            if (b > largest) largest = b;
+        }
+    }
+    fprintf(stderr, "test: rank %d init_from peak growth %ld KiB (VmHWM %ld, RssAnon %ld, reset %d), stage tensors "
+            "%zu KiB, largest tensor %zu KiB\n", t->grid.p, trainer_status_kib("VmHWM") - *rss0,
+            trainer_status_kib("VmHWM"), trainer_status_kib("RssAnon"), *reset, stage / 1024, largest / 1024);
+}
+
 /* train.init_from: every rank loads its own stages' matching tensors; the log rank reports for the whole
  * model (the matching rule is by name and shape, so its report is what the ranks together did). Step 0,
  * fresh optimiser state: nothing else is read. */
 static int trainer_init_from(Trainer* t, char* err, size_t err_len) {
     const Recipe* r = t->r;
     char e[1024];
+    long rss0 = 0;
+    int reset = 0;
+    trainer_load_probe(t, 0, &rss0, &reset);
     for (int c = 0; c < t->ex->n_stages; c++)
         if (checkpoint_init_from(r->init_from, &t->ex->stages[c]->params, NULL, e, sizeof e) != 0) {
             snprintf(err, err_len, "%s: train.init_from = %s: %s", recipe_origin(r, "train", "init_from"), r->init_from, e);
             return -1;
         }
+    trainer_load_probe(t, 1, &rss0, &reset);
     if (t->ex->log_rank) {
         ParamTable whole;
         model_params_register(&t->mc, 0, t->mc.Lt, &whole);
