@@ -278,6 +278,12 @@ add_test(NAME init_from_tp_checkpoint
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "init_from tp: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/init_from_tp.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/init_from_tp)
 set_tests_properties(init_from_tp_checkpoint PROPERTIES LABELS mpi TIMEOUT 300)
+# train.init_from at pp 4 from a 100 MB model file: each rank's memory grows by at most its stage's tensors plus
+# one tensor plus 16 MiB while it loads (the reader holds no file's bytes).
+add_test(NAME init_from_memory
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "init_from memory: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/init_from_memory.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/init_from_memory)
+set_tests_properties(init_from_memory PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
 # Tensor parallelism (tests/runtime/train/tp_train.sh): one step's loss and every global gradient against one process,
 # for (pp, tp, dp) x hints x modes, the dump reassembled, resume across layouts. 8 ranks share 2 cores.
 foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "2;2;1;--set;model.text_layers=4"
