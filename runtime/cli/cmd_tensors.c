@@ -124,7 +124,7 @@ static int stset_assemble(StSet* s) {
                 break;
             }
             /* the global tensor is assembled from its pieces, so it can hold no more values than they do
-             * together (their bytes are in memory): a slice description claiming more is refused before
+             * together (their bytes are in the files): a slice description claiming more is refused before
              * anything is sized from it */
             int64_t n = 1, held = 0;
             for (int d = 0; d < ndim; d++) n *= sl.gshape[d]; /* no overflow: params_slice_parse checked it */

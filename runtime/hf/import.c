@@ -586,7 +586,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
                 rc = rr_fail(err, err_len, "%s: tensor '%s' appears in two files", path, x->name);
                 break;
             }
-            /* the buffer is sized from the tensor as the file stores it (its bytes are in memory), after
+            /* the buffer is sized from the tensor as the file stores it (its bytes are in the file), after
              * checking that shape against the one config.json implies: never from config.json alone */
             if (st_expect_shape(f, x->name, m->ndim, m->shape, err, err_len) != 0) {
                 size_t l = strlen(err);
