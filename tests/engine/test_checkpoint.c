@@ -3,13 +3,15 @@
  *   test_checkpoint DIR   save / load / latest / prune and damaged checkpoints; checked values: XXH64 against its
  *                         reference vectors and zstd, a flipped mantissa / exponent / sign bit on disk, NaN and
  *                         negative second moments refused on save and on load, naming the tensor; the run's record
- *                         (runtime/train/runckpt.h) carried through state.json as it is */
+ *                         (runtime/train/runckpt.h) carried through state.json as it is; a checkpoint of more
+ *                         shard files than the descriptor limit allows loads */
 #include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -285,10 +287,67 @@ static int checkpoint_test(const char* dir) {
     return check_failures ? 1 : 0;
 }
 
+/* A checkpoint of more shard files than the process may hold open (RLIMIT_NOFILE lowered to 40): 100 pipeline
+ * shards of one 3-value tensor each, model and optimiser files, load whole (the reader closes each file's
+ * descriptor past ST_KEEP_OPEN files and reopens it per read: engine/safetensors.h st_close_fd). */
+static void test_many_shards(const char* dir) {
+    enum { NS = 100 };
+    char root[1024], tmp[4200], out[4200], err[1024];
+    snprintf(root, sizeof root, "%s/ckpt_many", dir);
+    CHECK(rr_remove_tree(root) == 0, "rm");
+    ParamTable all, one;
+    memset(&all, 0, sizeof all);
+    all.n = NS, all.total = all.gtotal = 3 * NS;
+    all.specs = callocCheck(NS, sizeof(ParamSpec));
+    all.data = callocCheck(3 * NS, 4), all.grad = callocCheck(3 * NS, 4);
+    all.m = callocCheck(3 * NS, 4), all.v = callocCheck(3 * NS, 4);
+    for (int i = 0; i < NS; i++) {
+        ParamSpec* s = &all.specs[i];
+        snprintf(s->name, sizeof s->name, "text.blocks.%d.norm.weight", i);
+        s->ndim = 1, s->shape[0] = 3, s->numel = 3, s->offset = s->goff = (size_t)(3 * i);
+    }
+    CheckpointState st = {.step = 4, .opt_step = 4, .record = NULL}, got;
+    snprintf(st.layout, sizeof st.layout, "pp=%d tp=1 chunks=1", NS);
+    CHECK(checkpoint_shard_begin(root, 4, tmp, sizeof tmp, err, sizeof err) == 0, "%s", err);
+    char names[NS][16];
+    const char* shards[NS];
+    float val[3], m[3], v[3];
+    for (int i = 0; i < NS; i++) {
+        one = all;
+        one.n = 1, one.total = one.gtotal = 3;
+        ParamSpec spec = all.specs[i];
+        spec.offset = spec.goff = 0;
+        one.specs = &spec;
+        for (int k = 0; k < 3; k++) val[k] = (float)i + 0.25f * (float)k, m[k] = -val[k], v[k] = 1e-3f * (float)(k + 1);
+        one.data = val, one.m = m, one.v = v;
+        snprintf(names[i], sizeof names[i], "pp%dc0", i);
+        shards[i] = names[i];
+        CHECK(checkpoint_shard_write(tmp, &one, &st, names[i], err, sizeof err) == 0, "%s", err);
+    }
+    CHECK(checkpoint_shard_commit(root, tmp, &st, shards, NS, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    if (check_failures) return;
+    struct rlimit old, lim;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+    lim = old;
+    lim.rlim_cur = 40;
+    CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit");
+    int rc = checkpoint_load(out, &all, &got, NULL, err, sizeof err);
+    setrlimit(RLIMIT_NOFILE, &old);
+    CHECK(rc == 0, "a checkpoint of %d shards under a limit of 40 descriptors: %s", 2 * NS, err);
+    if (rc == 0) checkpoint_state_free(&got);
+    int bad = -1;
+    for (int i = 0; i < NS && bad < 0 && rc == 0; i++)
+        for (int k = 0; k < 3; k++)
+            if (all.data[3 * i + k] != (float)i + 0.25f * (float)k || all.m[3 * i + k] != -all.data[3 * i + k]) bad = i;
+    CHECK(bad < 0, "shard %d's values did not load", bad);
+    free(all.specs), free(all.data), free(all.grad), free(all.m), free(all.v);
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_checkpoint DIR\n");
         return 2;
     }
+    test_many_shards(argv[1]);
     return checkpoint_test(argv[1]);
 }
