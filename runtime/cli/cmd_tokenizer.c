@@ -22,7 +22,7 @@ static void tokenizer_usage(FILE* f) {
     fprintf(f,
             "usage:\n"
             "  rrfp-mm tokenizer train  --vocab N --manifest M [--manifest M2 ...] [--text-file F ...] --out tok.json\n"
-            "                           [--min-frequency K] [--special TOKEN ...]\n"
+            "                           [--min-frequency K] [--special TOKEN ...] [--quiet]\n"
             "  rrfp-mm tokenizer encode --tokenizer tok.json [--text S | --file F] [--lines] [--count]\n"
             "  rrfp-mm tokenizer decode --tokenizer tok.json [--ids \"1 2 3\" | --file F]\n"
             "  rrfp-mm tokenizer info   --tokenizer tok.json\n"
@@ -34,7 +34,7 @@ static void tokenizer_usage(FILE* f) {
             "        (plus any --special); N counts all of them. Merges stop early when no pair occurs\n"
             "        K times (default %d). --out is refused before any text is read when it is one of the\n"
             "        inputs, a folder, a file in a checkpoint or a run folder's own file (docs/reliability.md);\n"
-            "        it is written to a temporary name and renamed.\n"
+            "        it is written to a temporary name and renamed. --quiet: no progress lines on stderr.\n"
             "encode  prints the ids of the text (stdin if neither --text nor --file), space-separated;\n"
             "        --lines encodes each line separately (without its newline), one output line each;\n"
             "        --count prints only the number of ids, and the encoding speed on stderr.\n"
