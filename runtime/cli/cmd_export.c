@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 #include "runtime/hf/import_llava.h"
 #include "runtime/hf/lora_hf.h"
@@ -107,8 +108,7 @@ int cmd_export(int argc, char** argv) {
         } else if (argv[i][0] != '-' && !kind) {
             kind = argv[i];
         } else {
-            fprintf(stderr, "rrfp-mm export: unexpected argument '%s'\n\n", argv[i]);
-            export_usage(stderr);
+            cli_unknown_option("export", argv[i], export_usage, NULL);
             return 2;
         }
     }

@@ -83,8 +83,7 @@ static int cmd_encode(int argc, char** argv) {
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--lines")) lines = 1;
         else {
-            fprintf(stderr, "rrfp-mm tokenizer encode: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer encode", argv[i], tokenizer_usage, "rrfp-mm tokenizer encode ");
             return 2;
         }
     }
@@ -151,8 +150,7 @@ static int cmd_decode(int argc, char** argv) {
         else if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_arg = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
         else {
-            fprintf(stderr, "rrfp-mm tokenizer decode: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer decode", argv[i], tokenizer_usage, "rrfp-mm tokenizer decode ");
             return 2;
         }
     }
@@ -203,8 +201,7 @@ static int cmd_info(int argc, char** argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
         else {
-            fprintf(stderr, "rrfp-mm tokenizer info: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer info", argv[i], tokenizer_usage, "rrfp-mm tokenizer info ");
             return 2;
         }
     }
@@ -237,8 +234,7 @@ static int cmd_add_special(int argc, char** argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--add") && i + 1 < argc) lists[n_lists++] = strdup(argv[++i]);
         else {
-            fprintf(stderr, "rrfp-mm tokenizer add-special: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer add-special", argv[i], tokenizer_usage, "rrfp-mm tokenizer add-special ");
             goto done;
         }
     }
@@ -435,8 +431,7 @@ static int cmd_train_tokenizer(int argc, char** argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else {
-            fprintf(stderr, "rrfp-mm tokenizer train: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer train", argv[i], tokenizer_usage, "rrfp-mm tokenizer train ");
             goto done;
         }
     }
@@ -525,7 +520,10 @@ int cmd_tokenizer(int argc, char** argv) {
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(argv[1], "train")) return cmd_train_tokenizer(argc - 2, argv + 2);
     if (!strcmp(argv[1], "add-special")) return cmd_add_special(argc - 2, argv + 2);
-    fprintf(stderr, "rrfp-mm tokenizer: unknown subcommand '%s'\n\n", argv[1]);
+    static const char* const subs[] = {"train", "encode", "decode", "info", "add-special"};
+    const char* near = cli_nearest(argv[1], subs, 5);
+    fprintf(stderr, "rrfp-mm tokenizer: unknown subcommand '%s'%s%s%s\n\n", argv[1], near ? "; did you mean '" : "",
+            near ? near : "", near ? "'?" : "");
     tokenizer_usage(stderr);
     return 2;
 }

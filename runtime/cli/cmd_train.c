@@ -138,8 +138,7 @@ int cmd_train(int argc, char** argv) {
         } else if (!strncmp(a, "--set=", 6)) {
             sets[n_sets++] = a + 6;
         } else if (a[0] == '-') {
-            fprintf(stderr, "rrfp-mm train: unknown option '%s'\n\n", a);
-            train_usage(stderr);
+            cli_unknown_option("train", a, train_usage, NULL);
             free(sets);
             return 2;
         } else if (!recipe_path) {
@@ -304,8 +303,7 @@ int cmd_eval(int argc, char** argv) {
                 }
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "rrfp-mm eval: unknown option or missing value: '%s'\n\n", a);
-            eval_usage(stderr);
+            cli_unknown_option("eval", a, eval_usage, NULL);
             free(sets);
             return 2;
         } else if (!recipe_path) {
