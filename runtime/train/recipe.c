@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -338,6 +339,25 @@ static int recipe_key_find(const char* section, const char* key) {
     return -1;
 }
 
+/* The key a mistyped section.key most likely meant, for "did you mean": the same key name in another section
+ * (train.lr for optim.lr), else the nearest full name within 2 edits (1 for names under 6 characters) and
+ * under half the name; -1 when none. */
+static int recipe_key_nearest(const char* section, const char* key) {
+    int same = -1, n_same = 0, best = -1, best_d = 1 << 30;
+    char want[160], name[160];
+    snprintf(want, sizeof want, "%s.%s", section, key);
+    for (int i = 0; i < n_recipe_keys; i++) {
+        if (!strcmp(recipe_keys[i].key, key)) same = i, n_same++;
+        snprintf(name, sizeof name, "%s.%s", recipe_keys[i].section, recipe_keys[i].key);
+        int d = rr_edit_distance(want, name);
+        if (d < best_d) best_d = d, best = i;
+    }
+    if (n_same == 1) return same;
+    size_t len = strlen(key);
+    int limit = len >= 6 ? 2 : 1;
+    return best >= 0 && best_d <= limit && 2 * (size_t)best_d < len ? best : -1;
+}
+
 /* The allowed values of a key, for error messages. */
 static void recipe_key_allowed(const RecipeKey* k, char* s, size_t n) {
     switch (k->type) {
@@ -502,8 +522,15 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
                  "runtime, checkpoint (see recipes/README.md)",
                  c->path, c->line, sec, name);
         } else {
-            int k = snprintf(c->err, c->err_len, "%s:%d: unknown key '%s' in [%s]; allowed keys:", c->path, c->line,
-                             name, section);
+            int near = recipe_key_nearest(section, name);
+            char hint[160] = "";
+            if (near >= 0 && strcmp(recipe_keys[near].section, section))
+                snprintf(hint, sizeof hint, " (did you mean '%s' in [%s]?)", recipe_keys[near].key,
+                         recipe_keys[near].section);
+            else if (near >= 0)
+                snprintf(hint, sizeof hint, " (did you mean '%s'?)", recipe_keys[near].key);
+            int k = snprintf(c->err, c->err_len, "%s:%d: unknown key '%s' in [%s]%s; allowed keys:", c->path, c->line,
+                             name, section, hint);
             for (int j = 0; j < n_recipe_keys && k > 0 && (size_t)k < c->err_len; j++)
                 if (!strcmp(recipe_keys[j].section, section))
                     k += snprintf(c->err + k, c->err_len - (size_t)k, " %s", recipe_keys[j].key);
@@ -591,9 +618,20 @@ int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
     size_t n = 0;
     char* text = rr_read_file(path, &n, RR_MAX_INI);
     if (!text) {
-        char why[160];
-        rr_fail(err, err_len, "cannot open recipe '%s': %s", path,
-             rr_read_file_why(errno, "a recipe .ini file", why, sizeof why));
+        char why[160], hint[PATH_MAX + 128] = "";
+        int e = errno;
+        if (e == ENOENT) { /* a shipped recipe named without its folder, or a path from elsewhere */
+            const char* base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+            char there[PATH_MAX];
+            snprintf(there, sizeof there, "recipes/%s", base);
+            if (strcmp(there, path) != 0 && stat(there, &sb) == 0 && S_ISREG(sb.st_mode))
+                snprintf(hint, sizeof hint, "\n---> HINT: did you mean '%s'?", there);
+            else
+                snprintf(hint, sizeof hint, "\n---> HINT: the path is from the working directory; the shipped recipes "
+                         "are the repository's recipes/*.ini (recipes/README.md)");
+        }
+        rr_fail(err, err_len, "cannot open recipe '%s': %s%s", path, rr_read_file_why(e, "a recipe .ini file", why, sizeof why),
+                hint);
         return -1;
     }
     IniCtx c;
@@ -626,8 +664,13 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     key[kl] = 0;
     int i = recipe_key_find(section, key);
     if (i < 0) {
-        rr_fail(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
-             key);
+        int near = recipe_key_nearest(section, key);
+        if (near >= 0)
+            rr_fail(err, err_len, "--set %s: unknown key '%s.%s'; did you mean '%s.%s'? (recipes/README.md lists the keys)",
+                    assignment, section, key, recipe_keys[near].section, recipe_keys[near].key);
+        else
+            rr_fail(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment,
+                    section, key);
         return -1;
     }
     char msg[1024];
