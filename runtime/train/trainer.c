@@ -328,7 +328,24 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
         int lrc = checkpoint_load_model(dir, &t->ex->stages[0]->params, (const char* const*)absent, n_absent, &cs, err,
                                         err_len);
         trained_free_names(absent, n_absent);
-        if (lrc != 0) return -1;
+        if (lrc != 0) {
+            /* a run's checkpoint read with other model keys than it was trained with (a common first mistake:
+             * trained with --set model.*, read without them): name them from the run's recipe.ini */
+            char diff[2048], model[2048] = "";
+            size_t m = 0;
+            if (rundir_recipe_diff(r, t->run_dir, t->ckpt_root, dir, diff, sizeof diff) > 0)
+                for (char* line = strtok(diff, "\n"); line; line = strtok(NULL, "\n"))
+                    if (!strncmp(line + strspn(line, " "), "model.", 6) && m + strlen(line) + 2 < sizeof model)
+                        m += (size_t)snprintf(model + m, sizeof model - m, "\n  %s", line + strspn(line, " "));
+            if (m) {
+                size_t n = strlen(err);
+                snprintf(err + n, err_len - n,
+                         "\nthe run that wrote it was trained with other model keys (its recipe.ini -> this recipe):%s\n"
+                         "---> HINT: give this command the run's recipe (its recipe.ini) or the same --set values",
+                         model);
+            }
+            return -1;
+        }
     }
     /* the run's record in it, checked (runckpt.h) */
     char spath[RECIPE_STR + 80];

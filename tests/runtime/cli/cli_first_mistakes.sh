@@ -5,7 +5,8 @@
 #   another sub-command that shares the usage (no wrong suggestion); a far-off word: no suggestion;
 #   a recipe key in the wrong section or misspelled, in --set and in an INI file (runtime/train/recipe.c);
 #   a recipe path that does not exist (the shipped recipes' folder); --resume of a folder that is not a checkpoint:
-#   missing, empty, a run folder, a run's checkpoints/ folder (runtime/train/rundir.c).
+#   missing, empty, a run folder, a run's checkpoints/ folder (runtime/train/rundir.c); eval of a run's checkpoint
+#   with other model keys than the run's (runtime/train/trainer.c: the keys from the run's recipe.ini).
 # Each case: the exit code and the stderr line, matched as an extended regex (and, where said, a text that must
 # not appear).
 set -u
@@ -88,5 +89,9 @@ if ! "$BIN" train "$R" "${S[@]}" --set train.run_dir=run --resume run/checkpoint
    ! grep -q "steps 2..1 of 1" resume.log; then
     echo "FAIL: --resume of the checkpoint folder itself was refused:"; tail -3 resume.log; fail=1
 fi
+# eval (and generate) of a run's checkpoint with other model keys than the run's: the keys named from its recipe.ini
+expect 1 "the run that wrote it was trained with other model keys \\(its recipe.ini -> this recipe\\):" \
+    -- eval "$R" --set train.run_dir=run --set model.ffn_hidden=96 --checkpoint latest --samples 2
+expect 1 "^  model.ffn_hidden: 172 -> 96$" -- eval "$R" --set train.run_dir=run --set model.ffn_hidden=96 --checkpoint latest --samples 2
 [ $fail -eq 0 ] && echo "cli first mistakes: ok ($n cases)"
 exit $fail
