@@ -209,11 +209,23 @@ static int cmd_info(int argc, char** argv) {
     if (!tok) return tok_path ? 1 : 2;
     printf("tokenizer: %s\n", tok_path);
     printf("vocab size: %d\n", tokenizer_vocab_size(tok));
+    printf("merges: %d\n", tokenizer_n_merges(tok));
     printf("hash: %016" PRIx64 "\n", tokenizer_hash(tok));
-    const char* probe[] = {"<image>", "<|endoftext|>"};
+    int n_added = 0, id;
+    while (tokenizer_added(tok, n_added, &id)) n_added++;
+    printf("added tokens: %d\n", n_added);
+    const char* s;
+    for (int i = 0; (s = tokenizer_added(tok, i, &id)); i++) { /* the file's text, its bytes shown safely */
+        for (; *s; s++)
+            if ((unsigned char)*s < 0x20 || *s == 0x7f) printf("\\x%02x", (unsigned char)*s);
+            else putchar(*s);
+        printf(": %d\n", id);
+    }
+    const char* probe[] = {"<image>", "<|endoftext|>"}; /* the ones the templates use, also as vocabulary tokens */
     for (int i = 0; i < 2; i++) {
-        int id = tokenizer_token_id(tok, probe[i]);
-        if (id >= 0) printf("%s: %d\n", probe[i], id);
+        int pid = tokenizer_token_id(tok, probe[i]), added = 0;
+        for (int j = 0; (s = tokenizer_added(tok, j, &id)); j++) added |= !strcmp(s, probe[i]);
+        if (pid >= 0 && !added) printf("%s: %d (a vocabulary token)\n", probe[i], pid);
     }
     tokenizer_free(tok);
     return 0;
