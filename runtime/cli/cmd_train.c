@@ -98,8 +98,10 @@ static void train_list_keys(FILE* f) {
         }
         case RKEY_BOOL: snprintf(allowed, sizeof allowed, "`true`, `false`"); break;
         }
-        fprintf(f, "| `%s.%s` | %s | `%s` | %s | %s%s |\n", k->section, k->key, recipe_key_type_name(k->type), k->def,
-                allowed, k->doc, k->hashed ? " *(hashed)*" : "");
+        fprintf(f, "| `%s.%s` | %s | `%s` | %s | ", k->section, k->key, recipe_key_type_name(k->type), k->def, allowed);
+        for (const char* c = k->doc; *c; c++) /* a | of the text would end the table's cell: markdown's \| */
+            fputs(*c == '|' ? "\\|" : (char[2]){*c, 0}, f);
+        fprintf(f, "%s |\n", k->hashed ? " *(hashed)*" : "");
     }
 }
 

@@ -97,9 +97,9 @@ static const RecipeKey recipe_keys[] = {
      "Every step trains on the first step's plan (same samples): an overfitting check and the benchmark's "
      "same-batch step. Synthetic source only."},
     {"data", "synthetic_plan", RKEY_STRING, OFF(synthetic_plan), SZ(synthetic_plan), "", 0, 0, 0, 1,
-     "\"\" or a file giving the synthetic source's sample shapes (benchmarks: the same samples as a reference run): "
-     "line k is microbatch k, its samples as `HxW+F` (an H x W patch grid and F >= 4 text tokens, LM length H W + F); "
-     "microbatch m of step s is line (s M + m) mod lines. Synthetic source only."},
+     "`\"\"` or a file giving the synthetic source's sample shapes (benchmarks: the same samples as a reference "
+     "run): line k is microbatch k, its samples as `HxW+F` (an H x W patch grid and F >= 4 text tokens, LM length H "
+     "W + F); microbatch m of step s is line (s M + m) mod lines. Synthetic source only."},
     {"data", "shards", RKEY_STRING, OFF(shards), SZ(shards), "demo/shards", 0, 0, 0, 0,
      "Folder of .rrs shards from `rrfp-mm pack` (or one .rrs file). Relative paths are from the working directory."},
     {"data", "tokenizer", RKEY_STRING, OFF(tokenizer), SZ(tokenizer), "demo/tokenizer.json", 0, 0, 0, 0,
@@ -201,10 +201,10 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
     {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
-     "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping "
-     "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline). "
-     "Under parallel.zero = 1 the same for the reduce-scatters, and 1 completes the updated weights' all-gather "
-     "inside the next forward, 0 at the step end."},
+     "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping the "
+     "rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline). Under "
+     "`parallel.zero = 1` the same for the reduce-scatters, and 1 completes the updated weights' all-gather inside "
+     "the next forward (each part waiting for its own), 0 at the step end."},
     {"parallel", "zero", RKEY_INT, OFF(zero), 0, "0", 0, 1, 0, 0,
      "1: the distributed optimizer (ZeRO-1): each stage's f32 master weights and AdamW moments sharded across its dp "
      "replicas, gradients reduce-scattered and the updated weights all-gathered (docs/parallel.md \"The distributed "
@@ -243,13 +243,16 @@ static const RecipeKey recipe_keys[] = {
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "auto", 0, 0, "auto|fp32|bf16", 1,
-     "Compute precision. `auto`: `bf16` with runtime.backend = cuda, `fp32` on the cpu (the recipe as trained, "
-     "RUN_DIR/recipe.ini, records which). `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
-     "operands and stored activations; norms, softmax, RoPE angles and cross-entropy in f32), on both backends."},
+     "Compute precision. `auto`: `bf16` with `runtime.backend = cuda`, `fp32` on the cpu (the recipe as trained, "
+     "`RUN_DIR/recipe.ini`, records which). `bf16`: mixed precision as Megatron runs it (f32 master weights, "
+     "gradients and AdamW moments; a bf16 compute copy of the weights written by the optimiser step itself (2-byte "
+     "bf16 for the 2-D weights on CUDA); bf16 GEMM operands and stored activations; norm statistics, softmax, RoPE "
+     "angles and cross-entropy in f32), with the same rounding points on the CPU and CUDA backends "
+     "(engine/engine.h, `Precision`). Changes the math."},
     {"runtime", "comm", RKEY_ENUM, OFF(comm), SZ(comm), "mpi", 0, 0, "mpi|nccl", 0,
-     "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` "
-     "(runtime.backend = cuda): NCCL on device memory, FIFO protocol, one communicator per pipeline direction, "
-     "completions polled as CUDA events (docs/cuda.md); `mpi`: host memory over MPI."},
+     "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` needs "
+     "`runtime.backend = cuda`: NCCL on device memory (FIFO protocol, one communicator per pipeline direction, "
+     "completions polled as CUDA events; docs/cuda.md); scalars stay on MPI. Does not change the math."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
     {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
      "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "
@@ -257,17 +260,19 @@ static const RecipeKey recipe_keys[] = {
      "run a tighter multiple (1x to 1.75x) where predicted faster (docs/scheduler.md)."},
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
-    {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0,
+     "Write a Chrome trace per rank into RUN_DIR (trace-rank<r>.json, for `rrfp-mm trace`) in a pipeline or "
+     "tensor-parallel run (parallel.pp or parallel.tp > 1); a one-stage run writes none and says so."},
     {"runtime", "profile", RKEY_BOOL, OFF(profile), 0, "false", 0, 1, 0, 0,
-     "Per step, the GPU time and launches of each op kind (gemm, attention, norm, elementwise, optimiser, copies) from "
-     "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
-     "more. Needs runtime.backend = cuda."},
+     "Per step, the GPU time (CUDA events) and launches of each op kind (gemm, attention, norm, elementwise, "
+     "optimiser, copies, communication) in `metrics.jsonl` (`\"profile\"`), the summary at the end of the log and "
+     "the report's Device section (communication: NCCL's operations with `runtime.comm = nccl`); each step waits "
+     "for the device once more. Needs `runtime.backend = cuda` (docs/cuda.md, \"Profiler\")."},
     {"runtime", "cuda_graphs", RKEY_ENUM, OFF(cuda_graphs), SZ(cuda_graphs), "auto", 0, 0, "auto|off", 0,
      "`auto`: on the CUDA backend the vision tower's forward and backward are each recorded as a CUDA graph the "
      "second time a shape (patches, images) comes and replayed after that, one launch instead of one per kernel "
      "(docs/cuda.md, \"CUDA graphs\"; the backward stays eager under activation recompute and TP); not while "
-     "runtime.profile times each op. `off`: every kernel launched one by one. Does not change "
-     "the math."},
+     "`runtime.profile` times each op. `off`: every kernel launched one by one. Does not change the math."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
      "`model`, or `replay:FILE` (docs/scheduler.md, parallel.pp > 1): every task sleeps its duration from the "
      "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "

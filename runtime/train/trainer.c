@@ -554,6 +554,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
+    if (r->trace && !eval_only && r->pp == 1 && r->tp == 1 && t->ex->log_rank) /* said, not silently nothing */
+        fprintf(stderr, "rrfp-mm: note: runtime.trace = true: the traces (RUN_DIR/trace-rank*.json) are written by "
+                        "pipeline and tensor-parallel runs (parallel.pp or parallel.tp > 1); this one-stage run writes "
+                        "none\n");
     /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums, cuDNN attention's
      * buffers) now, at the microbatch budget: no step allocates device memory (the activations and
      * messages are the executors' pools, filled in the first step) */

@@ -5,8 +5,9 @@
 2. Every --option that --help, README.md, docs/*.md or recipes/README.md shows for a command is accepted by its parser.
 3. Every section.key a doc shows in `--set section.key=...`, in an INI block ([section] then key = value lines in a
    code block) or as a code span `section.key` / `section.key = value` is a key `rrfp-mm train --list-keys` knows.
-   (recipes/*.ini use only known keys: recipe_print_roundtrip loads every shipped recipe, recipe_unit checks the key
-   table of recipes/README.md.)
+   (recipes/*.ini use only known keys: recipe_print_roundtrip loads every shipped recipe.)
+4. recipes/README.md's key table is `rrfp-mm train --list-keys`, row for row (recipe_unit checks its default and
+   allowed columns; this, the meaning and the order), so a key's text is edited in runtime/train/recipe.c and pasted.
 
 What a parser accepts is asked of the binary, never read from the C: `rrfp-mm CMD [SUB] OPT 1 --zz-not-an-option`
 stops at the first argument it does not know, so an unknown OPT is refused by name ("unknown option 'OPT'"), while a
@@ -73,9 +74,11 @@ class Cli:
             self.cache[key] = re.search(REFUSED % re.escape(PROBE), err) is not None
         return self.cache[key]
 
+    def key_table(self):
+        return self.run(["train", "--list-keys"])[1]
+
     def keys(self):
-        _, out, _ = self.run(["train", "--list-keys"])
-        return set(re.findall(r"^\| `([a-z_0-9]+\.[a-z_0-9]+)`", out, re.M))
+        return set(re.findall(r"^\| `([a-z_0-9]+\.[a-z_0-9]+)`", self.key_table(), re.M))
 
 
 def source_options(src, cmd):
@@ -194,6 +197,29 @@ def doc_keys(kind, text):
     return keys
 
 
+def table_findings(readme, listed):
+    """recipes/README.md's table (from its "| key |" header to the first line that is no table row) against
+    --list-keys."""
+    lines = readme.split("\n")
+    start = next((i for i, l in enumerate(lines) if l.startswith("| key | type |")), None)
+    if start is None:
+        return ["recipes/README.md: no key table (a '| key | type | ...' header)"]
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    want = listed.rstrip("\n").split("\n")
+    out = []
+    for n, (have, row) in enumerate(zip(lines[start:end], want)):
+        if have != row:
+            out.append("recipes/README.md:%d: the key table differs from `rrfp-mm train --list-keys` (paste its output):"
+                       "\n  here: %s\n  keys: %s" % (start + n + 1, have[:160], row[:160]))
+            break
+    if not out and end - start != len(want):
+        out.append("recipes/README.md:%d: the key table has %d rows, `rrfp-mm train --list-keys` %d (paste its output)"
+                   % (start + 1, end - start, len(want)))
+    return out
+
+
 def findings(cli, src, docs, helps, commands, known_keys):
     out = []
     family = {}
@@ -276,6 +302,16 @@ def self_test(cli, src, docs, helps, commands, keys):
     expect("an unknown key in an INI block", {"x.md": "```\n[optim]\nlr = 1\nlearning_rate = 2\n```\n"}, helps,
            "'optim.learning_rate'")
     expect("an unknown key in a code span", {"x.md": "set `train.warmup = 5`\n"}, helps, "'train.warmup'")
+    listed = cli.key_table()
+    readme = "# keys\n\n" + listed + "\nafter\n"
+    if table_findings(readme, listed):
+        fails.append("self-test: the key table itself differs from itself: %s" % table_findings(readme, listed))
+    for what, bad in (("a changed row", readme.replace("| `optim.lr` | float", "| `optim.lr` | int", 1)),
+                      ("a missing row", readme.replace(listed.split("\n")[-2] + "\n", "", 1)),
+                      ("two rows swapped", readme.replace(listed.split("\n")[2] + "\n" + listed.split("\n")[3],
+                                                          listed.split("\n")[3] + "\n" + listed.split("\n")[2], 1))):
+        if bad == readme or not table_findings(bad, listed):
+            fails.append("self-test: %s in the key table is not found" % what)
     # the probe: an option is refused by name, a known one with its value is not
     if cli.accepts(("train",), "--no-such-flag") or not cli.accepts(("train",), "--set"):
         fails.append("self-test: the probe cannot tell train's --set from --no-such-flag")
@@ -302,6 +338,7 @@ def main():
             docs[p] = open(os.path.join(src, p), encoding="utf-8").read()
         fails = self_test(cli, src, docs, helps, commands, keys)
         fails += findings(cli, src, docs, helps, commands, keys)
+        fails += table_findings(docs["recipes/README.md"], cli.key_table())
         left = os.listdir(work)
         if left:
             fails.append("the probes wrote %s into their working folder (an option ran instead of being parsed)" % left)

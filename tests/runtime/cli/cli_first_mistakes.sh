@@ -6,7 +6,8 @@
 #   a recipe key in the wrong section or misspelled, in --set and in an INI file (runtime/train/recipe.c);
 #   a recipe path that does not exist (the shipped recipes' folder); --resume of a folder that is not a checkpoint:
 #   missing, empty, a run folder, a run's checkpoints/ folder (runtime/train/rundir.c); eval of a run's checkpoint
-#   with other model keys than the run's (runtime/train/trainer.c: the keys from the run's recipe.ini).
+#   with other model keys than the run's (runtime/train/trainer.c: the keys from the run's recipe.ini); runtime.trace
+#   in a one-stage run, which writes no trace (a note says so).
 # Each case: the exit code and the stderr line, matched as an extended regex (and, where said, a text that must
 # not appear).
 set -u
@@ -93,5 +94,8 @@ fi
 expect 1 "the run that wrote it was trained with other model keys \\(its recipe.ini -> this recipe\\):" \
     -- eval "$R" --set train.run_dir=run --set model.ffn_hidden=96 --checkpoint latest --samples 2
 expect 1 "^  model.ffn_hidden: 172 -> 96$" -- eval "$R" --set train.run_dir=run --set model.ffn_hidden=96 --checkpoint latest --samples 2
+# runtime.trace in a one-stage run: said, not silently nothing (the traces come from pipeline and TP runs)
+expect 0 "note: runtime.trace = true: the traces \\(RUN_DIR/trace-rank\\*.json\\) are written by pipeline and tensor-parallel runs" \
+    -- train "$R" --set train.steps=1 --set optim.warmup=1 --set runtime.trace=true --set train.run_dir=traced
 [ $fail -eq 0 ] && echo "cli first mistakes: ok ($n cases)"
 exit $fail
