@@ -151,6 +151,9 @@ int cmd_train(int argc, char** argv) {
             return 2;
         }
     }
+    if (!recipe_path) /* said before the usage: what is missing and where the recipes are */
+        fprintf(stderr, "rrfp-mm train: no recipe given (a RECIPE.ini: the shipped ones are recipes/*.ini, "
+                        "recipes/README.md)\n\n");
     Recipe* r = cli_recipe_given(recipe_path != NULL, recipe_path, sets, n_sets, train_usage);
     if (!r) return 2;
     char err[2048];
@@ -311,11 +314,16 @@ int cmd_eval(int argc, char** argv) {
         } else if (!recipe_path) {
             recipe_path = a;
         } else {
-            eval_usage(stderr);
+            cli_second_recipe("eval", recipe_path, a, eval_usage);
             free(sets);
             return 2;
         }
     }
+    if (!recipe_path || !ckpt)
+        fprintf(stderr, "rrfp-mm eval: %s\n\n",
+                !recipe_path ? "no recipe given (the RECIPE.ini the model was trained with)"
+                             : "no --checkpoint given (a checkpoint folder, or latest: the newest of the recipe's "
+                               "train.run_dir)");
     Recipe* r = cli_recipe_given(recipe_path && ckpt, recipe_path, sets, n_sets, eval_usage);
     if (!r) return 2;
     char err[2048];

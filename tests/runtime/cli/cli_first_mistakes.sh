@@ -3,8 +3,8 @@
 #   a misspelled command, sub-command or option: the one it most likely meant, from the usage the help shows
 #   (runtime/cli/args.h cli_unknown_option); an option missing its value, or given as --opt=value; an option of
 #   another sub-command that shares the usage (no wrong suggestion); a far-off word: no suggestion;
-#   a recipe key in the wrong section or misspelled, in --set and in an INI file (runtime/train/recipe.c);
-#   a recipe path that does not exist (the shipped recipes' folder); --resume of a folder that is not a checkpoint:
+#   train or eval missing its recipe or checkpoint; a recipe key in the wrong section or misspelled, in --set and in
+#   an INI file (runtime/train/recipe.c); a recipe path that does not exist (the shipped recipes' folder); --resume of a folder that is not a checkpoint:
 #   missing, empty, a run folder, a run's checkpoints/ folder (runtime/train/rundir.c); eval of a run's checkpoint
 #   with other model keys than the run's (runtime/train/trainer.c: the keys from the run's recipe.ini); runtime.trace
 #   in a one-stage run, which writes no trace (a note says so).
@@ -62,6 +62,11 @@ expect 2 "wrong_section.ini:3: unknown key 'lr' in \\[train\\] \\(did you mean '
     -- train wrong_section.ini --dry-run
 printf '[model]\ntext_layerz = 2\n' > typo.ini
 expect 2 "typo.ini:2: unknown key 'text_layerz' in \\[model\\] \\(did you mean 'text_layers'\\?\\)" -- train typo.ini --dry-run
+# a command missing what it needs says which, before the usage
+expect 2 "^rrfp-mm train: no recipe given \\(a RECIPE.ini: the shipped ones are recipes/\\*.ini" -- train
+expect 2 "^rrfp-mm eval: no --checkpoint given" -- eval "$R"
+expect 2 "^rrfp-mm eval: no recipe given" -- eval --checkpoint latest
+expect 2 "^rrfp-mm eval: more than one recipe \\('a.ini', 'b.ini'\\)" -- eval a.ini b.ini --checkpoint latest
 # a recipe path that does not exist: a shipped recipe named without its folder, else where they are
 (cd "$SRC" && "$BIN" train demo.ini --dry-run) > /dev/null 2> demo_ini.err
 n=$((n + 1))
