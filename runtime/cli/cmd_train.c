@@ -180,7 +180,12 @@ int cmd_train(int argc, char** argv) {
     if (dry_run) {
         if (vocab == 0) vocab = train_tokenizer_vocab(r, err, sizeof err);
         if (vocab <= 0) {
-            fprintf(stderr, "rrfp-mm: error: %s\n---> HINT: set model.vocab, or make data.tokenizer exist\n", err);
+            /* a fresh clone's demo recipes: the demo data is made, not shipped (as a run says it, trainer.c) */
+            int demo = !strncmp(r->tokenizer, "demo/", 5) && access(r->tokenizer, F_OK) != 0;
+            fprintf(stderr, "rrfp-mm: error: %s\n---> HINT: %s\n", err,
+                    demo ? "the demo data (demo/tokenizer.json, demo/shards) is not part of the repository: make it with "
+                           "`make demo`; or size the model without it: --set model.vocab=N"
+                         : "set model.vocab, or make data.tokenizer exist");
             free(r);
             return 1;
         }

@@ -10,8 +10,9 @@
    allowed columns; this, the meaning and the order), so a key's text is edited in runtime/train/recipe.c and pasted.
 
 What a parser accepts is asked of the binary, never read from the C: `rrfp-mm CMD [SUB] OPT 1 --zz-not-an-option`
-stops at the first argument it does not know, so an unknown OPT is refused by name ("unknown option 'OPT'"), while a
-known one (a flag, or one taking the value 1) lets the parser reach --zz-not-an-option. The options asked about are
+stops at the first argument it does not know, so an unknown OPT is refused by name ("unknown option 'OPT'":
+cli_unknown_option, runtime/cli/args.h; pack's own message), while a known one (a flag, or one taking the value 1)
+lets the parser reach --zz-not-an-option. The options asked about are
 every "--name" literal of the command's source files (runtime/cli/cmd_NAME*.c, found from main.c's command table),
 every one its --help shows and every one the docs show for it. Options a doc shows "for a command" are those of an
 invocation: `rrfp-mm CMD [SUB] ...` in a code block (to the end of the line, its `\\` continuations, a `#` comment,
@@ -19,8 +20,9 @@ invocation: `rrfp-mm CMD [SUB] ...` in a code block (to the end of the line, its
 also a bare `CMD [SUB] --opt ...` run; --help's other options belong to the command (or, for a command with
 sub-commands that share one usage, to one of them).
 The script first proves each rule on planted faults (a doc option the parser refuses, an accepted option --help does
-not show, a --help option refused, unknown keys in --set, INI blocks and code spans, a probe that cannot tell), so a
-broken rule cannot pass. Exit 0: clean; 1: a finding (printed)."""
+not show, a --help option refused, unknown keys in --set, INI blocks and code spans, a key table row changed, missing
+or moved, a probe that cannot tell), so a broken rule cannot pass. Its probes run in an empty folder that must stay
+empty (an option that ran instead of being parsed is a finding). ~1 s of CPU. Exit 0: clean; 1: a finding (printed)."""
 import os
 import re
 import subprocess

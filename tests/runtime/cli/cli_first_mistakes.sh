@@ -3,11 +3,12 @@
 #   a misspelled command, sub-command or option: the one it most likely meant, from the usage the help shows
 #   (runtime/cli/args.h cli_unknown_option); an option missing its value, or given as --opt=value; an option of
 #   another sub-command that shares the usage (no wrong suggestion); a far-off word: no suggestion;
-#   train or eval missing its recipe or checkpoint; a recipe key in the wrong section or misspelled, in --set and in
-#   an INI file (runtime/train/recipe.c); a recipe path that does not exist (the shipped recipes' folder); --resume of a folder that is not a checkpoint:
-#   missing, empty, a run folder, a run's checkpoints/ folder (runtime/train/rundir.c); eval of a run's checkpoint
-#   with other model keys than the run's (runtime/train/trainer.c: the keys from the run's recipe.ini); runtime.trace
-#   in a one-stage run, which writes no trace (a note says so).
+#   train or eval missing its recipe or checkpoint; a demo recipe's dry run without the demo data (make demo);
+#   a recipe key in the wrong section or misspelled, in --set and in an INI file (runtime/train/recipe.c); a recipe
+#   path that does not exist (the shipped recipes' folder); --resume of a folder that is not a checkpoint: missing,
+#   empty, a run folder, a run's checkpoints/ folder (runtime/train/rundir.c); eval of a run's checkpoint with
+#   other model keys than the run's (runtime/train/trainer.c: the keys from the run's recipe.ini); runtime.trace in a
+#   one-stage run, which writes no trace (a note says so).
 # Each case: the exit code and the stderr line, matched as an extended regex (and, where said, a text that must
 # not appear).
 set -u
@@ -67,6 +68,9 @@ expect 2 "^rrfp-mm train: no recipe given \\(a RECIPE.ini: the shipped ones are 
 expect 2 "^rrfp-mm eval: no --checkpoint given" -- eval "$R"
 expect 2 "^rrfp-mm eval: no recipe given" -- eval --checkpoint latest
 expect 2 "^rrfp-mm eval: more than one recipe \\('a.ini', 'b.ini'\\)" -- eval a.ini b.ini --checkpoint latest
+# a demo recipe's dry run in a folder without the demo data (a fresh clone): make demo, as a run says
+expect 1 "HINT: the demo data \\(demo/tokenizer.json, demo/shards\\) is not part of the repository: make it with \`make demo\`" \
+    -- train "$SRC/recipes/demo.ini" --dry-run
 # a recipe path that does not exist: a shipped recipe named without its folder, else where they are
 (cd "$SRC" && "$BIN" train demo.ini --dry-run) > /dev/null 2> demo_ini.err
 n=$((n + 1))
