@@ -345,14 +345,15 @@ static int recipe_key_find(const char* section, const char* key) {
 }
 
 /* The key a mistyped section.key most likely meant, for "did you mean": the same key name in another section
- * (train.lr for optim.lr), else the nearest full name within 2 edits (1 for names under 6 characters) and
- * under half the name; -1 when none. */
+ * (train.lr for optim.lr), or the key named by both words (checkpoint.every for train.checkpoint_every), else the
+ * nearest full name within 2 edits (1 for names under 6 characters) and under half the name; -1 when none. */
 static int recipe_key_nearest(const char* section, const char* key) {
     int same = -1, n_same = 0, best = -1, best_d = 1 << 30;
-    char want[160], name[160];
+    char want[160], name[160], joined[160];
     snprintf(want, sizeof want, "%s.%s", section, key);
+    snprintf(joined, sizeof joined, "%s_%s", section, key);
     for (int i = 0; i < n_recipe_keys; i++) {
-        if (!strcmp(recipe_keys[i].key, key)) same = i, n_same++;
+        if (!strcmp(recipe_keys[i].key, key) || !strcmp(recipe_keys[i].key, joined)) same = i, n_same++;
         snprintf(name, sizeof name, "%s.%s", recipe_keys[i].section, recipe_keys[i].key);
         int d = rr_edit_distance(want, name);
         if (d < best_d) best_d = d, best = i;

@@ -57,6 +57,7 @@ expect 2 "tensors ls: unknown option '--json'" -- tensors ls a --json
 expect 2 "--set train.lr=0.1: unknown key 'train.lr'; did you mean 'optim.lr'\\?" -- train "$R" --set train.lr=0.1
 expect 2 "unknown key 'optim.lr0'; did you mean 'optim.lr'\\?" -- train "$R" --set optim.lr0=0.1
 expect 2 "unknown key 'training.steps'; did you mean 'train.steps'\\?" -- train "$R" --set training.steps=3
+expect 2 "unknown key 'checkpoint.every'; did you mean 'train.checkpoint_every'\\?" -- train "$R" --set checkpoint.every=5
 expect 2 "unknown key 'optim.learning_rate' \\(see recipes/README.md" --not "did you mean" -- train "$R" --set optim.learning_rate=1
 printf '[train]\nsteps = 2\nlr = 0.1\n' > wrong_section.ini
 expect 2 "wrong_section.ini:3: unknown key 'lr' in \\[train\\] \\(did you mean 'lr' in \\[optim\\]\\?\\); allowed keys:" \
