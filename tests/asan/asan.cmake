@@ -65,7 +65,8 @@ set(RRFP_ASAN_MPI_TESTS
     train_guard_ckptlock train_guard_memory train_guard_stale train_guard_threads train_guard_demo
     train_rundir_incomplete train_eval_packing train_freeze_bad_key write_errors_metrics write_errors_log
     write_errors_torn write_errors_full stale_zombie outputs_guard_generate outputs_guard_resume outputs_guard_images
-    outputs_guard_eval outputs_guard_report outputs_guard_export outputs_guard_pack outputs_guard_trace hostile_shapes)
+    outputs_guard_eval outputs_guard_report outputs_guard_export outputs_guard_pack outputs_guard_trace hostile_shapes
+    cli_first_mistakes)
 foreach(t ${RRFP_ASAN_TESTS})
   if(NOT TEST ${t})
     message(FATAL_ERROR "tests/asan/asan.cmake: no test named '${t}' (renamed? update RRFP_ASAN_TESTS)")
