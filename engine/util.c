@@ -523,3 +523,23 @@ void* rr_dlopen_beside_exe(const char* env_var, const char* soname, char* err, s
     if (!h) snprintf(err, err_len, "%s", tried);
     return h;
 }
+
+int rr_edit_distance(const char* a, const char* b) {
+    enum { L = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= L || m >= L) return L;
+    int d[L][L];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}

@@ -154,6 +154,10 @@ uint64_t rr_xxh64_digest(const RrXxh64* s);
  * and the dynamic linker's own search. NULL on failure, with every attempt's reason in `err`. */
 void* rr_dlopen_beside_exe(const char* env_var, const char* soname, char* err, size_t err_len);
 
+/* The optimal string alignment distance of a and b (insertions, deletions, substitutions and swaps of two
+ * neighbouring characters, each 1), for "did you mean" suggestions; strings over 63 bytes count as 64 apart. */
+int rr_edit_distance(const char* a, const char* b);
+
 #ifdef __cplusplus
 }
 #endif

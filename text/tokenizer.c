@@ -951,6 +951,14 @@ Tokenizer* tokenizer_load(const char* path, char* err, size_t err_len) {
 
 int tokenizer_vocab_size(const Tokenizer* t) { return t->n_ids; }
 
+int tokenizer_n_merges(const Tokenizer* t) { return t->n_merges; }
+
+const char* tokenizer_added(const Tokenizer* t, int i, int* id) {
+    if (i < 0 || i >= t->n_added) return NULL;
+    *id = t->added[i].id;
+    return t->added[i].content;
+}
+
 int tokenizer_token_id(const Tokenizer* t, const char* token) {
     for (int i = 0; i < t->n_added; i++)
         if (!strcmp(t->added[i].content, token)) return t->added[i].id;

@@ -20,6 +20,9 @@ void tokenizer_free(Tokenizer* tok);
 int tokenizer_vocab_size(const Tokenizer* tok);      /* includes added tokens */
 int tokenizer_token_id(const Tokenizer* tok, const char* token); /* exact token string -> id, -1 if absent */
 const char* tokenizer_token_str(const Tokenizer* tok, int id);   /* id -> token string (NULL if out of range) */
+int tokenizer_n_merges(const Tokenizer* tok);
+/* The i-th added token (added_tokens, in the file's order) and its id in *id; NULL when i is out of range. */
+const char* tokenizer_added(const Tokenizer* tok, int i, int* id);
 
 /* Encode `len` bytes of text (any bytes: invalid UTF-8 is still encoded). Added special tokens
  * (such as "<image>") are matched literally first, as Hugging Face does. Returns the number of ids

@@ -67,8 +67,7 @@ int cmd_demo_data(int argc, char** argv) {
             if (parse_int(a, argv[++i], 0, 2147483647L, &v)) return 2;
             c.seed = (uint64_t)v;
         } else {
-            fprintf(stderr, "rrfp-mm demo-data: unknown or incomplete option '%s'\n\n", a);
-            demo_usage(stderr);
+            cli_unknown_option("demo-data", a, demo_usage, NULL);
             return 2;
         }
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 #include "runtime/hf/import_llava.h"
 #include "runtime/hf/lora_hf.h"
@@ -18,16 +19,17 @@
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
                "                         [--template NAME] [--image-token-id N | --add-image-token [--pad-vocab M]]\n"
-               "                         [--shard-mb MB]\n"
+               "                         [--shard-mb MB | --shard-bytes N]\n"
                "       rrfp-mm export hf --checkpoint DIR --adapter ADAPTER_DIR [--recipe R.ini]\n\n"
                "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
                "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
-               "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from an\n"
-               "import's checkpoint itself (rrfp-mm import: no --recipe needed) and from the recipe (default:\n"
-               "DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the tokenizer from --tokenizer\n"
-               "(default: the recipe's data.tokenizer when readable). config.json's image_token_index is\n"
-               "--image-token-id, else the checkpoint's (an import's image_token_index, or the id its run's shards\n"
-               "used), else the id of <image> in the tokenizer's added_tokens. --add-image-token (a model trained from an LM\n"
+               "default 2048; N bytes with --shard-bytes), model.safetensors.index.json and the tokenizer files.\n"
+               "The model's keys come from an import's checkpoint itself (rrfp-mm import: no --recipe needed) and\n"
+               "from the recipe (default: DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the\n"
+               "tokenizer from --tokenizer (default: the recipe's data.tokenizer when readable).\n"
+               "config.json's image_token_index is --image-token-id, else the checkpoint's (an import's\n"
+               "image_token_index, or the id its run's shards used), else the id of <image> in the tokenizer's\n"
+               "added_tokens. --add-image-token (a model trained from an LM\n"
                "whose vocabulary has no <image>, e.g. Vicuna + CLIP): <image> becomes id V (the vocabulary size),\n"
                "the vocabulary grows to V + 1 rounded up to a multiple of M (--pad-vocab, default 64, as llava-hf's\n"
                "32064), the new embedding and lm_head rows are the mean of the trained rows, and the tokenizer.json\n"
@@ -106,8 +108,7 @@ int cmd_export(int argc, char** argv) {
         } else if (argv[i][0] != '-' && !kind) {
             kind = argv[i];
         } else {
-            fprintf(stderr, "rrfp-mm export: unexpected argument '%s'\n\n", argv[i]);
-            export_usage(stderr);
+            cli_unknown_option("export", argv[i], export_usage, NULL);
             return 2;
         }
     }

@@ -381,8 +381,7 @@ int cmd_generate(int argc, char** argv) {
                    strcmp(a, "--prompt") && strcmp(a, "--manifest") && strcmp(a, "--images") && strcmp(a, "--out") &&
                    strcmp(a, "--samples") && strcmp(a, "--model-id") && strcmp(a, "--max-new-tokens") && strcmp(a, "--threads") &&
                    strcmp(a, "--temperature") && strcmp(a, "--top-p") && strcmp(a, "--seed")) {
-            fprintf(stderr, "rrfp-mm generate: unknown option '%s'\n\n", a);
-            generate_usage(stderr);
+            cli_unknown_option("generate", a, generate_usage, NULL);
             free(sets);
             return 2;
         } else if (a[0] == '-') {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <string.h>
 
+#include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 #include "runtime/hf/import.h"
 #include "runtime/hf/lora_hf.h"
@@ -55,8 +56,7 @@ int cmd_import(int argc, char** argv) {
         } else if (argv[i][0] != '-' && !kind) {
             kind = argv[i];
         } else {
-            fprintf(stderr, "rrfp-mm import: unexpected argument '%s'\n\n", argv[i]);
-            import_usage(stderr);
+            cli_unknown_option("import", argv[i], import_usage, NULL);
             return 2;
         }
     }

@@ -22,7 +22,7 @@ static void pack_usage(FILE* f) {
             "(the image grid stored in the index; a loader with other settings recomputes it).\n"
             "More than a fraction F (default 0.5) of the records rejected is an error, and nothing is written.\n"
             "Image paths must stay inside --images (no absolute paths, no '..' or links out of it) unless\n"
-            "--allow-outside-images.\n"
+            "--allow-outside-images. --quiet: no progress line on stderr.\n"
             "--image-preprocess llava: LLaVA-1.5's pixels (pad to a square with the CLIP mean colour, Pillow's\n"
             "bicubic resize to S x S (--image-size, default 336), CLIP mean/std; data/image.h), recorded in the\n"
             "shards so that the loader applies it; every image is then (S / P)^2 patches. Default: smart (Qwen2-VL\n"

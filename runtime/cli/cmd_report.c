@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 #include "runtime/train/outguard.h"
 #include "runtime/train/recipe.h"
@@ -47,8 +48,7 @@ int cmd_report(int argc, char** argv) {
                 c.questions = (int)n;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "rrfp-mm report: unknown or incomplete option '%s'\n\n", a);
-            report_usage(stderr);
+            cli_unknown_option("report", a, report_usage, NULL);
             return 2;
         } else if (c.run_dir) {
             fprintf(stderr, "rrfp-mm report: one RUN_DIR only (got '%s' and '%s')\n", c.run_dir, a);

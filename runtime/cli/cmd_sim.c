@@ -349,8 +349,7 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         } else if (!strcmp(a, "--bench-dispatch")) {
             bench = 1;
         } else {
-            fprintf(stderr, "rrfp-mm sim: unknown option '%s'\n\n", a);
-            sim_usage(stderr);
+            cli_unknown_option("sim", a, sim_usage, NULL);
             return 2;
         }
 #undef NEED_VALUE

@@ -374,8 +374,10 @@ int cmd_tensors(int argc, char** argv) {
     if (cli_sub_help(argc, argv, usage, &rc)) return rc;
     if (!strcmp(argv[1], "ls")) {
         if (argc != 3 || argv[2][0] == '-') {
-            if (argc == 3) fprintf(stderr, "rrfp-mm tensors ls: unknown option '%s'\n\n", argv[2]);
-            usage(stderr);
+            int bad = 2; /* the first option, else the word after PATH */
+            while (bad < argc - 1 && argv[bad][0] != '-') bad++;
+            if (argc > 2) cli_unknown_option("tensors ls", argv[bad], usage, "rrfp-mm tensors ls ");
+            else usage(stderr);
             return 2;
         }
         return tensors_ls(argv[2]);
@@ -401,8 +403,7 @@ int cmd_tensors(int argc, char** argv) {
             } else if (!strcmp(argv[i], "--files") && i + 1 < argc) prefix = argv[++i];
             else if (!strcmp(argv[i], "--quiet")) quiet = 1;
             else if (argv[i][0] == '-' || np == 2) {
-                fprintf(stderr, "rrfp-mm tensors diff: unexpected argument '%s'\n", argv[i]);
-                usage(stderr);
+                cli_unknown_option("tensors diff", argv[i], usage, "rrfp-mm tensors diff ");
                 return 2;
             } else paths[np++] = argv[i];
         }

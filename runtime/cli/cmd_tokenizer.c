@@ -22,7 +22,7 @@ static void tokenizer_usage(FILE* f) {
     fprintf(f,
             "usage:\n"
             "  rrfp-mm tokenizer train  --vocab N --manifest M [--manifest M2 ...] [--text-file F ...] --out tok.json\n"
-            "                           [--min-frequency K] [--special TOKEN ...]\n"
+            "                           [--min-frequency K] [--special TOKEN ...] [--quiet]\n"
             "  rrfp-mm tokenizer encode --tokenizer tok.json [--text S | --file F] [--lines] [--count]\n"
             "  rrfp-mm tokenizer decode --tokenizer tok.json [--ids \"1 2 3\" | --file F]\n"
             "  rrfp-mm tokenizer info   --tokenizer tok.json\n"
@@ -34,7 +34,7 @@ static void tokenizer_usage(FILE* f) {
             "        (plus any --special); N counts all of them. Merges stop early when no pair occurs\n"
             "        K times (default %d). --out is refused before any text is read when it is one of the\n"
             "        inputs, a folder, a file in a checkpoint or a run folder's own file (docs/reliability.md);\n"
-            "        it is written to a temporary name and renamed.\n"
+            "        it is written to a temporary name and renamed. --quiet: no progress lines on stderr.\n"
             "encode  prints the ids of the text (stdin if neither --text nor --file), space-separated;\n"
             "        --lines encodes each line separately (without its newline), one output line each;\n"
             "        --count prints only the number of ids, and the encoding speed on stderr.\n"
@@ -83,8 +83,7 @@ static int cmd_encode(int argc, char** argv) {
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--lines")) lines = 1;
         else {
-            fprintf(stderr, "rrfp-mm tokenizer encode: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer encode", argv[i], tokenizer_usage, "rrfp-mm tokenizer encode ");
             return 2;
         }
     }
@@ -151,8 +150,7 @@ static int cmd_decode(int argc, char** argv) {
         else if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_arg = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
         else {
-            fprintf(stderr, "rrfp-mm tokenizer decode: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer decode", argv[i], tokenizer_usage, "rrfp-mm tokenizer decode ");
             return 2;
         }
     }
@@ -203,8 +201,7 @@ static int cmd_info(int argc, char** argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
         else {
-            fprintf(stderr, "rrfp-mm tokenizer info: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer info", argv[i], tokenizer_usage, "rrfp-mm tokenizer info ");
             return 2;
         }
     }
@@ -212,11 +209,23 @@ static int cmd_info(int argc, char** argv) {
     if (!tok) return tok_path ? 1 : 2;
     printf("tokenizer: %s\n", tok_path);
     printf("vocab size: %d\n", tokenizer_vocab_size(tok));
+    printf("merges: %d\n", tokenizer_n_merges(tok));
     printf("hash: %016" PRIx64 "\n", tokenizer_hash(tok));
-    const char* probe[] = {"<image>", "<|endoftext|>"};
+    int n_added = 0, id;
+    while (tokenizer_added(tok, n_added, &id)) n_added++;
+    printf("added tokens: %d\n", n_added);
+    const char* s;
+    for (int i = 0; (s = tokenizer_added(tok, i, &id)); i++) { /* the file's text, its bytes shown safely */
+        for (; *s; s++)
+            if ((unsigned char)*s < 0x20 || *s == 0x7f) printf("\\x%02x", (unsigned char)*s);
+            else putchar(*s);
+        printf(": %d\n", id);
+    }
+    const char* probe[] = {"<image>", "<|endoftext|>"}; /* the ones the templates use, also as vocabulary tokens */
     for (int i = 0; i < 2; i++) {
-        int id = tokenizer_token_id(tok, probe[i]);
-        if (id >= 0) printf("%s: %d\n", probe[i], id);
+        int pid = tokenizer_token_id(tok, probe[i]), added = 0;
+        for (int j = 0; (s = tokenizer_added(tok, j, &id)); j++) added |= !strcmp(s, probe[i]);
+        if (pid >= 0 && !added) printf("%s: %d (a vocabulary token)\n", probe[i], pid);
     }
     tokenizer_free(tok);
     return 0;
@@ -237,8 +246,7 @@ static int cmd_add_special(int argc, char** argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--add") && i + 1 < argc) lists[n_lists++] = strdup(argv[++i]);
         else {
-            fprintf(stderr, "rrfp-mm tokenizer add-special: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer add-special", argv[i], tokenizer_usage, "rrfp-mm tokenizer add-special ");
             goto done;
         }
     }
@@ -435,8 +443,7 @@ static int cmd_train_tokenizer(int argc, char** argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
         else {
-            fprintf(stderr, "rrfp-mm tokenizer train: unknown or incomplete option '%s'\n\n", argv[i]);
-            tokenizer_usage(stderr);
+            cli_unknown_option("tokenizer train", argv[i], tokenizer_usage, "rrfp-mm tokenizer train ");
             goto done;
         }
     }
@@ -525,7 +532,10 @@ int cmd_tokenizer(int argc, char** argv) {
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(argv[1], "train")) return cmd_train_tokenizer(argc - 2, argv + 2);
     if (!strcmp(argv[1], "add-special")) return cmd_add_special(argc - 2, argv + 2);
-    fprintf(stderr, "rrfp-mm tokenizer: unknown subcommand '%s'\n\n", argv[1]);
+    static const char* const subs[] = {"train", "encode", "decode", "info", "add-special"};
+    const char* near = cli_nearest(argv[1], subs, 5);
+    fprintf(stderr, "rrfp-mm tokenizer: unknown subcommand '%s'%s%s%s\n\n", argv[1], near ? "; did you mean '" : "",
+            near ? near : "", near ? "'?" : "");
     tokenizer_usage(stderr);
     return 2;
 }

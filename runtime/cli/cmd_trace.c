@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "engine/util.h"
+#include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 #include "runtime/train/outguard.h"
 #include "runtime/sim/sim.h"
@@ -413,8 +414,7 @@ int cmd_trace(int argc, char** argv) {
             const char** dst = !strcmp(a, "--svg") ? &svg : !strcmp(a, "--json") ? &json : &title;
             *dst = argv[++i];
         } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "rrfp-mm trace: unknown option '%s'\n\n", a);
-            trace_usage(stderr);
+            cli_unknown_option("trace", a, trace_usage, NULL);
             free(files);
             return 2;
         } else {

@@ -98,8 +98,10 @@ static void train_list_keys(FILE* f) {
         }
         case RKEY_BOOL: snprintf(allowed, sizeof allowed, "`true`, `false`"); break;
         }
-        fprintf(f, "| `%s.%s` | %s | `%s` | %s | %s%s |\n", k->section, k->key, recipe_key_type_name(k->type), k->def,
-                allowed, k->doc, k->hashed ? " *(hashed)*" : "");
+        fprintf(f, "| `%s.%s` | %s | `%s` | %s | ", k->section, k->key, recipe_key_type_name(k->type), k->def, allowed);
+        for (const char* c = k->doc; *c; c++) /* a | of the text would end the table's cell: markdown's \| */
+            fputs(*c == '|' ? "\\|" : (char[2]){*c, 0}, f);
+        fprintf(f, "%s |\n", k->hashed ? " *(hashed)*" : "");
     }
 }
 
@@ -138,8 +140,7 @@ int cmd_train(int argc, char** argv) {
         } else if (!strncmp(a, "--set=", 6)) {
             sets[n_sets++] = a + 6;
         } else if (a[0] == '-') {
-            fprintf(stderr, "rrfp-mm train: unknown option '%s'\n\n", a);
-            train_usage(stderr);
+            cli_unknown_option("train", a, train_usage, NULL);
             free(sets);
             return 2;
         } else if (!recipe_path) {
@@ -150,6 +151,9 @@ int cmd_train(int argc, char** argv) {
             return 2;
         }
     }
+    if (!recipe_path) /* said before the usage: what is missing and where the recipes are */
+        fprintf(stderr, "rrfp-mm train: no recipe given (a RECIPE.ini: the shipped ones are recipes/*.ini, "
+                        "recipes/README.md)\n\n");
     Recipe* r = cli_recipe_given(recipe_path != NULL, recipe_path, sets, n_sets, train_usage);
     if (!r) return 2;
     char err[2048];
@@ -176,7 +180,12 @@ int cmd_train(int argc, char** argv) {
     if (dry_run) {
         if (vocab == 0) vocab = train_tokenizer_vocab(r, err, sizeof err);
         if (vocab <= 0) {
-            fprintf(stderr, "rrfp-mm: error: %s\n---> HINT: set model.vocab, or make data.tokenizer exist\n", err);
+            /* a fresh clone's demo recipes: the demo data is made, not shipped (as a run says it, trainer.c) */
+            int demo = !strncmp(r->tokenizer, "demo/", 5) && access(r->tokenizer, F_OK) != 0;
+            fprintf(stderr, "rrfp-mm: error: %s\n---> HINT: %s\n", err,
+                    demo ? "the demo data (demo/tokenizer.json, demo/shards) is not part of the repository: make it with "
+                           "`make demo`; or size the model without it: --set model.vocab=N"
+                         : "set model.vocab, or make data.tokenizer exist");
             free(r);
             return 1;
         }
@@ -304,18 +313,22 @@ int cmd_eval(int argc, char** argv) {
                 }
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "rrfp-mm eval: unknown option or missing value: '%s'\n\n", a);
-            eval_usage(stderr);
+            cli_unknown_option("eval", a, eval_usage, NULL);
             free(sets);
             return 2;
         } else if (!recipe_path) {
             recipe_path = a;
         } else {
-            eval_usage(stderr);
+            cli_second_recipe("eval", recipe_path, a, eval_usage);
             free(sets);
             return 2;
         }
     }
+    if (!recipe_path || !ckpt)
+        fprintf(stderr, "rrfp-mm eval: %s\n\n",
+                !recipe_path ? "no recipe given (the RECIPE.ini the model was trained with)"
+                             : "no --checkpoint given (a checkpoint folder, or latest: the newest of the recipe's "
+                               "train.run_dir)");
     Recipe* r = cli_recipe_given(recipe_path && ckpt, recipe_path, sets, n_sets, eval_usage);
     if (!r) return 2;
     char err[2048];

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "runtime/cli/args.h"
 #include "runtime/cli/cli.h"
 
 static const CliCommand commands[] = {
@@ -41,7 +42,14 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
     for (int i = 0; i < n_commands; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "rrfp-mm: unknown command '%s'\n\n", argv[1]);
+    const char* names[sizeof(commands) / sizeof(commands[0])];
+    for (int i = 0; i < n_commands; i++) names[i] = commands[i].name;
+    const char* near = cli_nearest(argv[1], names, n_commands);
+    if (near)
+        fprintf(stderr, "rrfp-mm: unknown command '%s'; did you mean '%s'? ('rrfp-mm %s --help' for its options)\n\n",
+                argv[1], near, near);
+    else
+        fprintf(stderr, "rrfp-mm: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
 }

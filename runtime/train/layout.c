@@ -538,9 +538,10 @@ static int layout_fits(Recipe* r, const ModelConfig* mc) {
     return ok;
 }
 
-/* The smallest changes of the layout that fit the budget, each alone, as "--set" text: more pipeline ranks,
- * fewer microbatches in flight (runtime.cap), more tensor-parallel ranks, half the tokens per microbatch (twice
- * the microbatches: the same tokens per step). */
+/* The smallest changes of the layout that fit the budget, each alone, as "--set" text: the distributed optimizer
+ * (dp > 1), the tower's blocks over stages, more activation recompute, more pipeline ranks, fewer microbatches in
+ * flight (runtime.cap), more tensor-parallel ranks, half the tokens per microbatch (twice the microbatches: the same
+ * tokens per step). */
 static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, size_t n) {
     size_t len = 0;
     out[0] = 0;

@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,9 +97,9 @@ static const RecipeKey recipe_keys[] = {
      "Every step trains on the first step's plan (same samples): an overfitting check and the benchmark's "
      "same-batch step. Synthetic source only."},
     {"data", "synthetic_plan", RKEY_STRING, OFF(synthetic_plan), SZ(synthetic_plan), "", 0, 0, 0, 1,
-     "\"\" or a file giving the synthetic source's sample shapes (benchmarks: the same samples as a reference run): "
-     "line k is microbatch k, its samples as `HxW+F` (an H x W patch grid and F >= 4 text tokens, LM length H W + F); "
-     "microbatch m of step s is line (s M + m) mod lines. Synthetic source only."},
+     "`\"\"` or a file giving the synthetic source's sample shapes (benchmarks: the same samples as a reference "
+     "run): line k is microbatch k, its samples as `HxW+F` (an H x W patch grid and F >= 4 text tokens, LM length H "
+     "W + F); microbatch m of step s is line (s M + m) mod lines. Synthetic source only."},
     {"data", "shards", RKEY_STRING, OFF(shards), SZ(shards), "demo/shards", 0, 0, 0, 0,
      "Folder of .rrs shards from `rrfp-mm pack` (or one .rrs file). Relative paths are from the working directory."},
     {"data", "tokenizer", RKEY_STRING, OFF(tokenizer), SZ(tokenizer), "demo/tokenizer.json", 0, 0, 0, 0,
@@ -200,10 +201,10 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
     {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
-     "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping "
-     "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline). "
-     "Under parallel.zero = 1 the same for the reduce-scatters, and 1 completes the updated weights' all-gather "
-     "inside the next forward, 0 at the step end."},
+     "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping the "
+     "rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline). Under "
+     "`parallel.zero = 1` the same for the reduce-scatters, and 1 completes the updated weights' all-gather inside "
+     "the next forward (each part waiting for its own), 0 at the step end."},
     {"parallel", "zero", RKEY_INT, OFF(zero), 0, "0", 0, 1, 0, 0,
      "1: the distributed optimizer (ZeRO-1): each stage's f32 master weights and AdamW moments sharded across its dp "
      "replicas, gradients reduce-scattered and the updated weights all-gathered (docs/parallel.md \"The distributed "
@@ -242,13 +243,16 @@ static const RecipeKey recipe_keys[] = {
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "auto", 0, 0, "auto|fp32|bf16", 1,
-     "Compute precision. `auto`: `bf16` with runtime.backend = cuda, `fp32` on the cpu (the recipe as trained, "
-     "RUN_DIR/recipe.ini, records which). `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
-     "operands and stored activations; norms, softmax, RoPE angles and cross-entropy in f32), on both backends."},
+     "Compute precision. `auto`: `bf16` with `runtime.backend = cuda`, `fp32` on the cpu (the recipe as trained, "
+     "`RUN_DIR/recipe.ini`, records which). `bf16`: mixed precision as Megatron runs it (f32 master weights, "
+     "gradients and AdamW moments; a bf16 compute copy of the weights written by the optimiser step itself (2-byte "
+     "bf16 for the 2-D weights on CUDA); bf16 GEMM operands and stored activations; norm statistics, softmax, RoPE "
+     "angles and cross-entropy in f32), with the same rounding points on the CPU and CUDA backends "
+     "(engine/engine.h, `Precision`). Changes the math."},
     {"runtime", "comm", RKEY_ENUM, OFF(comm), SZ(comm), "mpi", 0, 0, "mpi|nccl", 0,
-     "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` "
-     "(runtime.backend = cuda): NCCL on device memory, FIFO protocol, one communicator per pipeline direction, "
-     "completions polled as CUDA events (docs/cuda.md); `mpi`: host memory over MPI."},
+     "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` needs "
+     "`runtime.backend = cuda`: NCCL on device memory (FIFO protocol, one communicator per pipeline direction, "
+     "completions polled as CUDA events; docs/cuda.md); scalars stay on MPI. Does not change the math."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
     {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
      "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "
@@ -256,17 +260,19 @@ static const RecipeKey recipe_keys[] = {
      "run a tighter multiple (1x to 1.75x) where predicted faster (docs/scheduler.md)."},
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
-    {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0,
+     "Write a Chrome trace per rank into RUN_DIR (trace-rank<r>.json, for `rrfp-mm trace`) in a pipeline or "
+     "tensor-parallel run (parallel.pp or parallel.tp > 1); a one-stage run writes none and says so."},
     {"runtime", "profile", RKEY_BOOL, OFF(profile), 0, "false", 0, 1, 0, 0,
-     "Per step, the GPU time and launches of each op kind (gemm, attention, norm, elementwise, optimiser, copies) from "
-     "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
-     "more. Needs runtime.backend = cuda."},
+     "Per step, the GPU time (CUDA events) and launches of each op kind (gemm, attention, norm, elementwise, "
+     "optimiser, copies, communication) in `metrics.jsonl` (`\"profile\"`), the summary at the end of the log and "
+     "the report's Device section (communication: NCCL's operations with `runtime.comm = nccl`); each step waits "
+     "for the device once more. Needs `runtime.backend = cuda` (docs/cuda.md, \"Profiler\")."},
     {"runtime", "cuda_graphs", RKEY_ENUM, OFF(cuda_graphs), SZ(cuda_graphs), "auto", 0, 0, "auto|off", 0,
      "`auto`: on the CUDA backend the vision tower's forward and backward are each recorded as a CUDA graph the "
      "second time a shape (patches, images) comes and replayed after that, one launch instead of one per kernel "
      "(docs/cuda.md, \"CUDA graphs\"; the backward stays eager under activation recompute and TP); not while "
-     "runtime.profile times each op. `off`: every kernel launched one by one. Does not change "
-     "the math."},
+     "`runtime.profile` times each op. `off`: every kernel launched one by one. Does not change the math."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
      "`model`, or `replay:FILE` (docs/scheduler.md, parallel.pp > 1): every task sleeps its duration from the "
      "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "
@@ -336,6 +342,26 @@ static int recipe_key_find(const char* section, const char* key) {
     for (int i = 0; i < n_recipe_keys; i++)
         if (!strcmp(recipe_keys[i].section, section) && !strcmp(recipe_keys[i].key, key)) return i;
     return -1;
+}
+
+/* The key a mistyped section.key most likely meant, for "did you mean": the same key name in another section
+ * (train.lr for optim.lr), or the key named by both words (checkpoint.every for train.checkpoint_every), else the
+ * nearest full name within 2 edits (1 for names under 6 characters) and under half the name; -1 when none. */
+static int recipe_key_nearest(const char* section, const char* key) {
+    int same = -1, n_same = 0, best = -1, best_d = 1 << 30;
+    char want[160], name[160], joined[160];
+    snprintf(want, sizeof want, "%s.%s", section, key);
+    snprintf(joined, sizeof joined, "%s_%s", section, key);
+    for (int i = 0; i < n_recipe_keys; i++) {
+        if (!strcmp(recipe_keys[i].key, key) || !strcmp(recipe_keys[i].key, joined)) same = i, n_same++;
+        snprintf(name, sizeof name, "%s.%s", recipe_keys[i].section, recipe_keys[i].key);
+        int d = rr_edit_distance(want, name);
+        if (d < best_d) best_d = d, best = i;
+    }
+    if (n_same == 1) return same;
+    size_t len = strlen(key);
+    int limit = len >= 6 ? 2 : 1;
+    return best >= 0 && best_d <= limit && 2 * (size_t)best_d < len ? best : -1;
 }
 
 /* The allowed values of a key, for error messages. */
@@ -502,8 +528,15 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
                  "runtime, checkpoint (see recipes/README.md)",
                  c->path, c->line, sec, name);
         } else {
-            int k = snprintf(c->err, c->err_len, "%s:%d: unknown key '%s' in [%s]; allowed keys:", c->path, c->line,
-                             name, section);
+            int near = recipe_key_nearest(section, name);
+            char hint[160] = "";
+            if (near >= 0 && strcmp(recipe_keys[near].section, section))
+                snprintf(hint, sizeof hint, " (did you mean '%s' in [%s]?)", recipe_keys[near].key,
+                         recipe_keys[near].section);
+            else if (near >= 0)
+                snprintf(hint, sizeof hint, " (did you mean '%s'?)", recipe_keys[near].key);
+            int k = snprintf(c->err, c->err_len, "%s:%d: unknown key '%s' in [%s]%s; allowed keys:", c->path, c->line,
+                             name, section, hint);
             for (int j = 0; j < n_recipe_keys && k > 0 && (size_t)k < c->err_len; j++)
                 if (!strcmp(recipe_keys[j].section, section))
                     k += snprintf(c->err + k, c->err_len - (size_t)k, " %s", recipe_keys[j].key);
@@ -591,9 +624,20 @@ int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
     size_t n = 0;
     char* text = rr_read_file(path, &n, RR_MAX_INI);
     if (!text) {
-        char why[160];
-        rr_fail(err, err_len, "cannot open recipe '%s': %s", path,
-             rr_read_file_why(errno, "a recipe .ini file", why, sizeof why));
+        char why[160], hint[PATH_MAX + 128] = "";
+        int e = errno;
+        if (e == ENOENT) { /* a shipped recipe named without its folder, or a path from elsewhere */
+            const char* base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+            char there[PATH_MAX];
+            snprintf(there, sizeof there, "recipes/%s", base);
+            if (strcmp(there, path) != 0 && stat(there, &sb) == 0 && S_ISREG(sb.st_mode))
+                snprintf(hint, sizeof hint, "\n---> HINT: did you mean '%s'?", there);
+            else
+                snprintf(hint, sizeof hint, "\n---> HINT: the path is from the working directory; the shipped recipes "
+                         "are the repository's recipes/*.ini (recipes/README.md)");
+        }
+        rr_fail(err, err_len, "cannot open recipe '%s': %s%s", path, rr_read_file_why(e, "a recipe .ini file", why, sizeof why),
+                hint);
         return -1;
     }
     IniCtx c;
@@ -626,8 +670,13 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     key[kl] = 0;
     int i = recipe_key_find(section, key);
     if (i < 0) {
-        rr_fail(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
-             key);
+        int near = recipe_key_nearest(section, key);
+        if (near >= 0)
+            rr_fail(err, err_len, "--set %s: unknown key '%s.%s'; did you mean '%s.%s'? (recipes/README.md lists the keys)",
+                    assignment, section, key, recipe_keys[near].section, recipe_keys[near].key);
+        else
+            rr_fail(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment,
+                    section, key);
         return -1;
     }
     char msg[1024];

@@ -274,6 +274,41 @@ static void rundir_note_incomplete(const Recipe* r, const char* ckpt_root, const
     if (d) closedir(d);
 }
 
+/* An explicit checkpoint.resume that is no checkpoint folder: what it is instead and what to give, in err; 0 when
+ * it holds a state.json (the checkpoint's own checks follow). */
+static int rundir_resume_folder(const char* dir, char* err, size_t err_len) {
+    struct stat sb;
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (stat(p, &sb) == 0) return 0;
+    const char* give = "---> HINT: --resume takes a checkpoint folder (RUN_DIR/checkpoints/step-N), or latest (this "
+                       "run's newest) or auto (the newest if any, else a fresh start)";
+    if (stat(dir, &sb) != 0) {
+        snprintf(err, err_len, "checkpoint.resume = '%s': no such folder\n%s", dir, give);
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_len, "checkpoint.resume = '%s': not a folder\n%s", dir, give);
+        return -1;
+    }
+    snprintf(p, sizeof p, "%s/checkpoints", dir);
+    int run_folder = stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+    int steps = 0;
+    DIR* d = opendir(dir);
+    for (struct dirent* e; d && (e = readdir(d));) steps += !strncmp(e->d_name, "step-", 5);
+    if (d) closedir(d);
+    if (run_folder)
+        snprintf(err, err_len, "checkpoint.resume = '%s' is a run folder, not a checkpoint\n---> HINT: --resume latest "
+                 "--set train.run_dir=%s resumes its newest checkpoint; or give one of %s/checkpoints/step-*", dir, dir,
+                 dir);
+    else if (steps)
+        snprintf(err, err_len, "checkpoint.resume = '%s' holds %d step-* folder(s), it is not one\n---> HINT: give "
+                 "one of them (%s/step-N), or --resume latest with that run's train.run_dir", dir, steps, dir);
+    else
+        snprintf(err, err_len, "checkpoint.resume = '%s' holds no checkpoint (no state.json)\n%s", dir, give);
+    return -1;
+}
+
 int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, RunStart* out, FILE* note, char* err,
                    size_t err_len) {
     memset(out, 0, sizeof *out);
@@ -299,6 +334,7 @@ int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, 
             fresh = 1; /* auto: nothing of this run to resume */
         }
     } else if (r->resume[0]) {
+        if (rundir_resume_folder(r->resume, err, err_len) != 0) return -1;
         snprintf(out->resume_dir, sizeof out->resume_dir, "%s", r->resume);
     } else {
         fresh = 1;

@@ -328,7 +328,24 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
         int lrc = checkpoint_load_model(dir, &t->ex->stages[0]->params, (const char* const*)absent, n_absent, &cs, err,
                                         err_len);
         trained_free_names(absent, n_absent);
-        if (lrc != 0) return -1;
+        if (lrc != 0) {
+            /* a run's checkpoint read with other model keys than it was trained with (a common first mistake:
+             * trained with --set model.*, read without them): name them from the run's recipe.ini */
+            char diff[2048], model[2048] = "";
+            size_t m = 0;
+            if (rundir_recipe_diff(r, t->run_dir, t->ckpt_root, dir, diff, sizeof diff) > 0)
+                for (char* line = strtok(diff, "\n"); line; line = strtok(NULL, "\n"))
+                    if (!strncmp(line + strspn(line, " "), "model.", 6) && m + strlen(line) + 2 < sizeof model)
+                        m += (size_t)snprintf(model + m, sizeof model - m, "\n  %s", line + strspn(line, " "));
+            if (m) {
+                size_t n = strlen(err);
+                snprintf(err + n, err_len - n,
+                         "\nthe run that wrote it was trained with other model keys (its recipe.ini -> this recipe):%s\n"
+                         "---> HINT: give this command the run's recipe (its recipe.ini) or the same --set values",
+                         model);
+            }
+            return -1;
+        }
     }
     /* the run's record in it, checked (runckpt.h) */
     char spath[RECIPE_STR + 80];
@@ -582,6 +599,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
+    if (r->trace && !eval_only && r->pp == 1 && r->tp == 1 && t->ex->log_rank) /* said, not silently nothing */
+        fprintf(stderr, "rrfp-mm: note: runtime.trace = true: the traces (RUN_DIR/trace-rank*.json) are written by "
+                        "pipeline and tensor-parallel runs (parallel.pp or parallel.tp > 1); this one-stage run writes "
+                        "none\n");
     /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums, cuDNN attention's
      * buffers) now, at the microbatch budget: no step allocates device memory (the activations and
      * messages are the executors' pools, filled in the first step) */

@@ -35,7 +35,7 @@ set(RRFP_ASAN_TESTS
     # input handling and the command line
     data_roundtrip data_pack_errors data_anyres_ref data_anyres_pillow tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
     recipe_cli_bad_key recipe_cli_bad_set recipe_print_roundtrip recipe_dry_run_7b tensors_diff sched_cli trace_steps
-    cli_help cli_unknown_command cli_version cli_contract train_guard_lock train_guard_memory train_guard_stale
+    cli_help cli_unknown_command cli_version cli_contract cli_first_mistakes train_guard_lock train_guard_memory train_guard_stale
     train_guard_threads train_guard_demo train_freeze_bad_key train_init_from_missing train_tp_refused
     train_eval_packing silent_answers hostile_shapes write_errors_metrics write_errors_log write_errors_torn
     write_errors_full write_errors_trace write_errors_metrics_mpi stale_zombie outputs_guard_generate
@@ -65,7 +65,8 @@ set(RRFP_ASAN_MPI_TESTS
     train_guard_ckptlock train_guard_memory train_guard_stale train_guard_threads train_guard_demo
     train_rundir_incomplete train_eval_packing train_freeze_bad_key write_errors_metrics write_errors_log
     write_errors_torn write_errors_full stale_zombie outputs_guard_generate outputs_guard_resume outputs_guard_images
-    outputs_guard_eval outputs_guard_report outputs_guard_export outputs_guard_pack outputs_guard_trace hostile_shapes)
+    outputs_guard_eval outputs_guard_report outputs_guard_export outputs_guard_pack outputs_guard_trace hostile_shapes
+    cli_first_mistakes)
 foreach(t ${RRFP_ASAN_TESTS})
   if(NOT TEST ${t})
     message(FATAL_ERROR "tests/asan/asan.cmake: no test named '${t}' (renamed? update RRFP_ASAN_TESTS)")

@@ -37,7 +37,7 @@ LIB_SRCS="engine/util.c engine/backend_names.c engine/tensor.c engine/init.c eng
           engine/params_quant.c engine/params_quant_st.c engine/quant.c
           runtime/hf/import.c runtime/train/recipe.c runtime/model/partition.c runtime/sched/dispatch.c
           runtime/sched/hints.c runtime/sim/sim.c runtime/plan/plan.c runtime/trace/trace.c runtime/cli/cmd_trace.c
-          runtime/train/outguard.c runtime/train/rundir.c runtime/train/runckpt.c text/lm_lora.c vision/vit_lora_targets.c"
+          runtime/cli/args.c runtime/train/outguard.c runtime/train/rundir.c runtime/train/runckpt.c text/lm_lora.c vision/vit_lora_targets.c"
 for s in $LIB_SRCS; do echo "$SRC/$s $W/obj/$(echo "$s" | tr / _).o"; done |
     xargs -P 2 -n 2 sh -c "$CC $CFLAGS -fsanitize=fuzzer-no-link,$SAN -c \"\$0\" -o \"\$1\" || exit 255" || exit 1
 o() { for s in "$@"; do printf '%s ' "$W/obj/$(echo "$s" | tr / _).o"; done; }
@@ -49,7 +49,7 @@ declare -A OBJS=(
     [import]="$ENGINE $(o runtime/hf/import.c runtime/train/recipe.c runtime/model/partition.c text/lm_lora.c vision/vit_lora_targets.c)"
     [recipe]="$ENGINE $(o runtime/train/recipe.c runtime/model/partition.c text/lm_lora.c vision/vit_lora_targets.c)"
     [durations]="$(o engine/util.c runtime/sched/dispatch.c runtime/sched/hints.c runtime/sim/sim.c runtime/plan/plan.c)"
-    [trace]="$ENGINE $(o runtime/sched/dispatch.c runtime/sched/hints.c runtime/sim/sim.c runtime/plan/plan.c runtime/trace/trace.c runtime/cli/cmd_trace.c) $(o runtime/train/outguard.c runtime/train/rundir.c runtime/train/runckpt.c runtime/train/recipe.c runtime/model/partition.c text/lm_lora.c vision/vit_lora_targets.c)"
+    [trace]="$ENGINE $(o runtime/sched/dispatch.c runtime/sched/hints.c runtime/sim/sim.c runtime/plan/plan.c runtime/trace/trace.c runtime/cli/cmd_trace.c runtime/cli/args.c) $(o runtime/train/outguard.c runtime/train/rundir.c runtime/train/runckpt.c runtime/train/recipe.c runtime/model/partition.c text/lm_lora.c vision/vit_lora_targets.c)"
 )
 declare -A MAXLEN=([safetensors]=16384 [checkpoint]=16384 [import]=16384 [recipe]=4096 [durations]=4096 [trace]=16384)
 for t in $TARGETS; do

@@ -11,3 +11,8 @@ add_test(NAME lint_typed_buffers COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/test
 # tests/ mirrors the source tree: each test folder mirrors a source folder, registers its tests in the .cmake named
 # after it, runs no other folder's files; a test named after a source file sits in that file's mirror; proves its rules first
 add_test(NAME lint_mirror COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/lint/lint_mirror.py ${CMAKE_SOURCE_DIR})
+# the options a user reads are the options the parsers take: every option a command accepts is in its --help, every
+# option --help, README.md, docs/*.md and recipes/README.md show for a command is accepted (asked of the binary), every
+# recipe key the docs show in --set, INI blocks and code spans is known, recipes/README.md's key table is --list-keys;
+# proves its rules first (~2 s)
+add_test(NAME lint_cli_docs COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/lint/lint_cli_docs.py ${CMAKE_SOURCE_DIR} $<TARGET_FILE:rrfp-mm>)

@@ -26,6 +26,9 @@ grep -q "6 samples, 14 turns" "$W/train.log" && ok "train read 6 samples, 14 tur
 "$BIN" tokenizer info --tokenizer "$W/tok.json" >"$W/info.txt" || bad "info failed"
 grep -q "vocab size: 400" "$W/info.txt" && grep -q "<image>: 398" "$W/info.txt" && grep -q "<|endoftext|>: 399" "$W/info.txt" \
   && ok "vocab 400, <image> 398, <|endoftext|> 399" || bad "info: $(cat "$W/info.txt")"
+# as its usage says: the merges (400 = 256 bytes + merges + the 2 special tokens) and every added token
+grep -qx "merges: 142" "$W/info.txt" && grep -qx "added tokens: 2" "$W/info.txt" \
+  && ok "info: 142 merges, 2 added tokens" || bad "info: merges / added tokens: $(cat "$W/info.txt")"
 "$BIN" tokenizer train --vocab 400 --manifest "$D/tokenizer_manifest.jsonl" --manifest "$D/tokenizer_manifest.json" \
   --text-file "$D/tokenizer_corpus.txt" --out "$W/tok2.json" --quiet
 cmp -s "$W/tok.json" "$W/tok2.json" && ok "training twice writes the same file" || bad "training is not deterministic"

@@ -8,6 +8,10 @@ add_test(NAME cli_version COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/ex
 
 # --help on every command and sub-command (exit 0, usage on stdout); unknown options exit 2 naming them
 add_test(NAME cli_contract COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/cli/cli_contract.sh $<TARGET_FILE:rrfp-mm>)
+# the common first mistakes (a misspelled command, option or recipe key, an option without its value, a recipe path
+# or --resume folder that is not one) get a message that says what to do: the name meant, the value, the folder (~1 s CPU)
+add_test(NAME cli_first_mistakes COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/cli/cli_first_mistakes.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_first_mistakes)
 # `rrfp-mm tensors diff` on files written by an independent Python writer
 add_test(NAME tensors_diff COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tensors diff: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/cli/test_tensors_diff.sh $<TARGET_FILE:rrfp-mm>)
 
