@@ -27,13 +27,14 @@ typedef struct {
     char final[4096], tmp[4112];
 } ShardName;
 
-static void progress_line(const PackConfig* c, const PackSummary* s, int64_t total, double t0, int final) {
+static void progress_line(const PackConfig* c, const PackSummary* s, int64_t total, int workers, double t0, int final) {
     if (!c->progress) return;
     double dt = rr_now() - t0;
     double rate = dt > 0 ? (double)s->read / dt : 0;
     double eta = rate > 0 ? (double)(total - s->read) / rate : 0;
-    fprintf(c->progress, "%spack: %lld/%lld records, %.0f records/s, %.1f MiB written, ETA %.0f s%s",
-            isatty(fileno(c->progress)) ? "\r" : "", (long long)s->read, (long long)total, rate,
+    fprintf(c->progress, "%spack: %lld/%lld records, %.0f records/s (%d worker%s), %.1f MiB written, ETA %.0f s%s",
+            isatty(fileno(c->progress)) ? "\r" : "", (long long)s->read, (long long)total, rate, workers,
+            workers == 1 ? "" : "s",
             (double)s->bytes / (1 << 20), eta, final || !isatty(fileno(c->progress)) ? "\n" : "");
     fflush(c->progress);
 }
@@ -149,6 +150,7 @@ typedef struct {
 
 /* One record, checked, tokenized and its images read and decoded: what the writer needs. */
 typedef struct {
+    int index; /* the record's number in the manifest */
     RejectReason why_code;
     char why[2048];
     ManifestSample s;
@@ -166,6 +168,7 @@ static void pack_item_free(PackItem* it) {
 static void pack_record(const PackJob* j, JpegCodec* jc, int i, PackItem* it) {
     const ManifestRecord* r = &j->m->recs[i];
     memset(it, 0, sizeof *it);
+    it->index = i;
     if (!r->rec) {
         it->why_code = REJECT_BAD_JSON;
         snprintf(it->why, sizeof it->why, "%s", r->json_err ? r->json_err : "invalid JSON");
@@ -185,11 +188,11 @@ typedef struct {
     ShardWriter* w;   /* the shard being written, NULL between shards */
 } PackOut;
 
-/* Record i, done by pack_record, taken in manifest order: counted, reported when rejected, written when
- * not. Returns 0, or -1 with err (--strict's first rejection, the reject fraction passed, a write). */
-static int pack_take(const PackJob* j, PackOut* o, int i, PackItem* it, PackSummary* sum, char* err, size_t err_len) {
+/* A record done by pack_record, taken in manifest order: counted, reported when rejected, written when not.
+ * Returns 0, or -1 with err (--strict's first rejection, the reject fraction passed, a write). */
+static int pack_take(const PackJob* j, PackOut* o, const PackItem* it, PackSummary* sum, char* err, size_t err_len) {
     const PackConfig* c = j->c;
-    const ManifestRecord* r = &j->m->recs[i];
+    const ManifestRecord* r = &j->m->recs[it->index];
     int n = j->m->n, rc = 0;
     sum->read++;
     if (it->why_code != REJECT_NONE) {
@@ -235,17 +238,17 @@ static int pack_take(const PackJob* j, PackOut* o, int i, PackItem* it, PackSumm
         }
     }
     if (rc == 0) {
-        ShardSampleIn* in = &it->in;
+        ShardSampleIn in = it->in;
         const ManifestSample* s = &it->s;
-        in->id = s->id;
-        in->n_tokens = s->n_tokens;
-        in->ids = s->ids;
-        in->mask = s->mask;
-        in->n_supervised = s->n_supervised;
-        in->n_images = s->n_images;
-        for (int k = 0; k < s->n_images; k++) in->jpeg[k] = it->jpeg[k];
+        in.id = s->id;
+        in.n_tokens = s->n_tokens;
+        in.ids = s->ids;
+        in.mask = s->mask;
+        in.n_supervised = s->n_supervised;
+        in.n_images = s->n_images;
+        for (int k = 0; k < s->n_images; k++) in.jpeg[k] = it->jpeg[k];
         uint64_t before = shard_writer_bytes(o->w);
-        rc = shard_writer_add(o->w, in, err, err_len);
+        rc = shard_writer_add(o->w, &in, err, err_len);
         sum->bytes += shard_writer_bytes(o->w) - before;
         sum->packed++;
         sum->tokens += (uint64_t)s->n_tokens;
@@ -441,7 +444,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
                    .images_real = images_real};
     PackOut out = {.info = info, .shard_bytes = shard_bytes, .names = callocCheck(PACK_MAX_SHARDS, sizeof(ShardName))};
     int workers = c->workers > 0 ? c->workers : pack_default_workers();
-    if (workers > m.n) workers = m.n;
+    if (workers > m.n) workers = m.n > 0 ? m.n : 1;
     JpegCodec* jc = workers <= 1 ? jpeg_codec_new() : NULL; /* --workers 1: this thread does every record */
     PackPool* pool = workers > 1 ? pack_pool_start(&job, workers) : NULL;
     PackItem* one = pool ? NULL : callocCheck(1, sizeof *one);
@@ -455,12 +458,12 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         }
         PackItem* it = pool ? pack_pool_wait(pool, i) : one;
         if (!pool) pack_record(&job, jc, i, it);
-        rc = pack_take(&job, &out, i, it, sum, err, err_len);
+        rc = pack_take(&job, &out, it, sum, err, err_len);
         pack_item_free(it);
         if (pool) pack_pool_release(pool, i);
         double now = rr_now();
         if (now - last > (c->progress && isatty(fileno(c->progress)) ? 0.5 : 10.0)) {
-            progress_line(c, sum, m.n, t0, 0);
+            progress_line(c, sum, m.n, workers, t0, 0);
             last = now;
         }
     }
@@ -486,7 +489,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             struct stat st;
             if (stat(names[k].tmp, &st) == 0) sum->bytes += (uint64_t)st.st_size;
         }
-        progress_line(c, sum, m.n, t0, 1);
+        progress_line(c, sum, m.n, workers, t0, 1);
         for (int k = 0; k < sum->shards && rc == 0; k++)
             if (rename(names[k].tmp, names[k].final) != 0) {
                 snprintf(err, err_len, "cannot rename '%s' to '%s': %s", names[k].tmp, names[k].final, strerror(errno));
