@@ -154,18 +154,23 @@ typedef struct {
     RejectReason why_code;
     char why[2048];
     ManifestSample s;
-    uint8_t* jpeg[SHARD_MAX_IMAGES];
-    ShardSampleIn in;
+    uint8_t* jpeg[SHARD_MAX_IMAGES]; /* the image files' bytes, until they are in the frame */
+    ShardSampleIn in;                /* what the frame was made of (its bytes freed) and the index holds */
+    ShardFrame frame;                /* the compressed sample, written as it is */
+    int frame_rc;                    /* -1: shard_frame_make failed, with frame_err */
+    char frame_err[256];
 } PackItem;
 
 static void pack_item_free(PackItem* it) {
     for (int k = 0; k < SHARD_MAX_IMAGES; k++) free(it->jpeg[k]);
     manifest_sample_free(&it->s);
+    shard_frame_free(&it->frame);
     memset(it, 0, sizeof *it);
 }
 
-/* Record i of the manifest into it (zeroed): everything but the writing. jc: this thread's codec. */
-static void pack_record(const PackJob* j, JpegCodec* jc, int i, PackItem* it) {
+/* Record i of the manifest into it (zeroed): everything but the writing, the zstd frame included.
+ * jc, cctx: this thread's codec and compression context. */
+static void pack_record(const PackJob* j, JpegCodec* jc, ZSTD_CCtx* cctx, int i, PackItem* it) {
     const ManifestRecord* r = &j->m->recs[i];
     memset(it, 0, sizeof *it);
     it->index = i;
@@ -179,6 +184,22 @@ static void pack_record(const PackJob* j, JpegCodec* jc, int i, PackItem* it) {
     for (int k = 0; it->why_code == REJECT_NONE && k < it->s.n_images; k++)
         it->why_code = pack_image(jc, j->c, j->images_real, it->s.images[k], &it->jpeg[k], &it->in.jpeg_len[k],
                                   &it->in.img[k], it->why, sizeof it->why);
+    if (it->why_code != REJECT_NONE) return;
+    ShardSampleIn* in = &it->in;
+    const ManifestSample* s = &it->s;
+    in->id = s->id;
+    in->n_tokens = s->n_tokens;
+    in->ids = s->ids;
+    in->mask = s->mask;
+    in->n_supervised = s->n_supervised;
+    in->n_images = s->n_images;
+    for (int k = 0; k < s->n_images; k++) in->jpeg[k] = it->jpeg[k];
+    it->frame_rc = shard_frame_make(cctx, in, &it->frame, it->frame_err, sizeof it->frame_err);
+    for (int k = 0; k < s->n_images; k++) { /* the frame holds them now: a window of records holds each image once */
+        free(it->jpeg[k]);
+        it->jpeg[k] = NULL;
+        in->jpeg[k] = NULL;
+    }
 }
 
 typedef struct {
@@ -237,22 +258,14 @@ static int pack_take(const PackJob* j, PackOut* o, const PackItem* it, PackSumma
             if (!o->w) rc = -1;
         }
     }
+    if (rc == 0 && it->frame_rc != 0) rc = rr_fail(err, err_len, "%s", it->frame_err);
     if (rc == 0) {
-        ShardSampleIn in = it->in;
-        const ManifestSample* s = &it->s;
-        in.id = s->id;
-        in.n_tokens = s->n_tokens;
-        in.ids = s->ids;
-        in.mask = s->mask;
-        in.n_supervised = s->n_supervised;
-        in.n_images = s->n_images;
-        for (int k = 0; k < s->n_images; k++) in.jpeg[k] = it->jpeg[k];
         uint64_t before = shard_writer_bytes(o->w);
-        rc = shard_writer_add(o->w, &in, err, err_len);
+        rc = shard_writer_add_frame(o->w, &it->in, &it->frame, err, err_len);
         sum->bytes += shard_writer_bytes(o->w) - before;
         sum->packed++;
-        sum->tokens += (uint64_t)s->n_tokens;
-        sum->images += (uint64_t)s->n_images;
+        sum->tokens += (uint64_t)it->s.n_tokens;
+        sum->images += (uint64_t)it->s.n_images;
     }
     return rc;
 }
@@ -278,7 +291,8 @@ struct PackPool {
 
 static void* pack_worker(void* arg) {
     PackPool* p = arg;
-    JpegCodec* jc = jpeg_codec_new(); /* TurboJPEG handles are per thread (data/image.h) */
+    JpegCodec* jc = jpeg_codec_new(); /* TurboJPEG handles and zstd contexts are per thread (data/image.h) */
+    ZSTD_CCtx* cctx = shard_cctx_new();
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->stop && p->next < p->job->m->n && p->next >= p->taken + p->window)
@@ -286,13 +300,14 @@ static void* pack_worker(void* arg) {
         if (p->stop || p->next >= p->job->m->n) break;
         int i = p->next++;
         pthread_mutex_unlock(&p->mu);
-        pack_record(p->job, jc, i, &p->ring[i % p->window]);
+        pack_record(p->job, jc, cctx, i, &p->ring[i % p->window]);
         pthread_mutex_lock(&p->mu);
         p->done[i % p->window] = 1;
         if (i == p->taken) pthread_cond_signal(&p->done_cv); /* the writer waits for this one only */
     }
     pthread_mutex_unlock(&p->mu);
     jpeg_codec_free(jc);
+    ZSTD_freeCCtx(cctx);
     return NULL;
 }
 
@@ -446,6 +461,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     int workers = c->workers > 0 ? c->workers : pack_default_workers();
     if (workers > m.n) workers = m.n > 0 ? m.n : 1;
     JpegCodec* jc = workers <= 1 ? jpeg_codec_new() : NULL; /* --workers 1: this thread does every record */
+    ZSTD_CCtx* cctx = workers <= 1 ? shard_cctx_new() : NULL;
     PackPool* pool = workers > 1 ? pack_pool_start(&job, workers) : NULL;
     PackItem* one = pool ? NULL : callocCheck(1, sizeof *one);
     int rc = 0;
@@ -457,7 +473,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             break;
         }
         PackItem* it = pool ? pack_pool_wait(pool, i) : one;
-        if (!pool) pack_record(&job, jc, i, it);
+        if (!pool) pack_record(&job, jc, cctx, i, it);
         rc = pack_take(&job, &out, it, sum, err, err_len);
         pack_item_free(it);
         if (pool) pack_pool_release(pool, i);
@@ -518,6 +534,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     }
     free(names);
     if (jc) jpeg_codec_free(jc);
+    ZSTD_freeCCtx(cctx); /* NULL: nothing */
     manifest_free(&m);
     tokenizer_free(tok);
     return rc;
