@@ -161,18 +161,27 @@ typedef struct {
     char frame_err[256];
 } PackItem;
 
-static void pack_item_free(PackItem* it) {
+/* Empty the item for the next record, keeping its frame's buffers (a window of slots reuses them: no large
+ * allocation per record); pack_item_free frees those too. */
+static void pack_item_clear(PackItem* it) {
     for (int k = 0; k < SHARD_MAX_IMAGES; k++) free(it->jpeg[k]);
     manifest_sample_free(&it->s);
-    shard_frame_free(&it->frame);
+    ShardFrame keep = it->frame;
+    if (keep.frame_cap + keep.payload_cap > (16u << 20)) shard_frame_free(&keep); /* an outsize record's: let go */
     memset(it, 0, sizeof *it);
+    it->frame = keep;
+    it->frame.frame_n = 0;
 }
 
-/* Record i of the manifest into it (zeroed): everything but the writing, the zstd frame included.
+static void pack_item_free(PackItem* it) {
+    pack_item_clear(it);
+    shard_frame_free(&it->frame);
+}
+
+/* Record i of the manifest into it (cleared: pack_item_clear): everything but the writing, the zstd frame included.
  * jc, cctx: this thread's codec and compression context. */
 static void pack_record(const PackJob* j, JpegCodec* jc, ZSTD_CCtx* cctx, int i, PackItem* it) {
     const ManifestRecord* r = &j->m->recs[i];
-    memset(it, 0, sizeof *it);
     it->index = i;
     if (!r->rec) {
         it->why_code = REJECT_BAD_JSON;
@@ -344,7 +353,7 @@ static PackItem* pack_pool_wait(PackPool* p, int i) {
     return &p->ring[i % p->window];
 }
 
-/* Record i was taken and its slot freed (pack_item_free): a worker may fill it with record i + window. */
+/* Record i was taken and its slot cleared (pack_item_clear): a worker may fill it with record i + window. */
 static void pack_pool_release(PackPool* p, int i) {
     pthread_mutex_lock(&p->mu);
     p->done[i % p->window] = 0;
@@ -475,7 +484,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         PackItem* it = pool ? pack_pool_wait(pool, i) : one;
         if (!pool) pack_record(&job, jc, cctx, i, it);
         rc = pack_take(&job, &out, it, sum, err, err_len);
-        pack_item_free(it);
+        pack_item_clear(it);
         if (pool) pack_pool_release(pool, i);
         double now = rr_now();
         if (now - last > (c->progress && isatty(fileno(c->progress)) ? 0.5 : 10.0)) {
@@ -484,6 +493,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         }
     }
     if (pool) pack_pool_stop(pool); /* workers past the last record taken finish theirs and are dropped */
+    if (one) pack_item_free(one);
     free(one);
     ShardWriter* w = out.w;
     ShardName* names = out.names;
