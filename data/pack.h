@@ -10,9 +10,10 @@
  * interrupted pack leaves nothing that looks finished; older shard-*.rrs files in the folder that
  * the new set does not overwrite are removed at the end. The same inputs give byte-identical shards
  * (no time stamps, one deterministic zstd level, records in manifest order), with any number of workers:
- * `workers` threads check, tokenize, read and decode records ahead, at most 4 * workers records at a time,
- * and the calling thread takes them in manifest order, so the shards, the rejection lines, the summary,
- * --strict's failure and the reject-fraction stop are those of one thread (docs/data.md "Pack"). */
+ * `workers` threads check, tokenize, read, decode and compress records ahead, at most 4 * workers records
+ * at a time, and the calling thread takes them in manifest order and writes them, so the shards, the
+ * rejection lines, the summary, --strict's failure and the reject-fraction stop are those of one thread
+ * (docs/data.md "Pack"). */
 #ifndef RRFP_DATA_PACK_H
 #define RRFP_DATA_PACK_H
 
@@ -57,7 +58,7 @@ typedef struct {
     uint64_t images;
 } PackSummary;
 
-#define PACK_DEFAULT_MAX_WORKERS 32 /* the default's cap: beyond it the one writing thread is the limit */
+#define PACK_DEFAULT_MAX_WORKERS 32 /* the default's cap (the one writing thread, the disk and memory bound it) */
 #define PACK_MAX_WORKERS 256
 
 /* The CPUs this process may run on (sched_getaffinity), at most PACK_DEFAULT_MAX_WORKERS. */

@@ -39,10 +39,11 @@ static void pack_usage(FILE* f) {
             "--out is refused before anything is read when it is an input, a file, a checkpoint folder or a\n"
             "folder inside one, or a folder holding the manifest or tokenizer under a shard-* name\n"
             "(docs/reliability.md); each shard is written to a temporary name and renamed.\n"
-            "--workers N: threads that check, tokenize, read and decode records (default: the CPUs this process may\n"
-            "use, at most %d; 1: one thread); the shards are written by one thread in manifest order, so they and\n"
-            "every message are the same for any N. SIGINT / SIGTERM stop the pack and remove what it wrote (exit\n"
-            "128 + the signal); a second one ends it at once.\n",
+            "--workers N: threads that check, tokenize, read, decode and compress records (default: the CPUs this\n"
+            "process may use, at most %d; 1: one thread); the shards are written by one thread in manifest order,\n"
+            "so they and every message are the same for any N.\n"
+            "SIGINT / SIGTERM stop the pack and remove what it wrote (exit 128 + the signal); a second one ends it\n"
+            "at once.\n",
             PACK_DEFAULT_MAX_WORKERS);
 }
 
