@@ -148,7 +148,7 @@ typedef struct {
     const char* images_real;
 } PackJob;
 
-/* One record, checked, tokenized and its images read and decoded: what the writer needs. */
+/* One record, checked, tokenized, its images read and decoded, compressed into its frame: what the writer needs. */
 typedef struct {
     int index; /* the record's number in the manifest */
     RejectReason why_code;
@@ -178,8 +178,8 @@ static void pack_item_free(PackItem* it) {
     shard_frame_free(&it->frame);
 }
 
-/* Record i of the manifest into it (cleared: pack_item_clear): everything but the writing, the zstd frame included.
- * jc, cctx: this thread's codec and compression context. */
+/* Record i of the manifest into it (cleared: pack_item_clear): everything but the writing, the zstd frame
+ * included. jc, cctx: this thread's codec and compression context. */
 static void pack_record(const PackJob* j, JpegCodec* jc, ZSTD_CCtx* cctx, int i, PackItem* it) {
     const ManifestRecord* r = &j->m->recs[i];
     it->index = i;
