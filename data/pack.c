@@ -167,7 +167,7 @@ static void pack_item_clear(PackItem* it) {
     for (int k = 0; k < SHARD_MAX_IMAGES; k++) free(it->jpeg[k]);
     manifest_sample_free(&it->s);
     ShardFrame keep = it->frame;
-    if (keep.frame_cap + keep.payload_cap > (16u << 20)) shard_frame_free(&keep); /* an outsize record's: let go */
+    if (keep.frame_cap + keep.payload_cap > (8u << 20)) shard_frame_free(&keep); /* an outsize record's: let go */
     memset(it, 0, sizeof *it);
     it->frame = keep;
     it->frame.frame_n = 0;
