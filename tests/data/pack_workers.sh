@@ -8,7 +8,8 @@
 #     line that is not JSON) fails at once while the first (a large JPEG cut short, decoded at full size
 #     almost to its end before it fails) takes a while on another worker; nothing is written;
 #   - --max-reject-fraction: the same stop (the same line) and the same messages, nothing written;
-#   - the default is the CPUs this process may use (nproc), shown on the progress line;
+#   - the default is the CPUs this process may use (nproc), shown on the progress line; --workers 0, 257
+#     and "two" are refused;
 #   - SIGTERM and SIGINT in the middle of a pack (workers 1 and 3) exit 128 + the signal and leave no
 #     shard, no *.rrs.tmp and no --out folder.
 # usage: pack_workers.sh RRFP_MM WORK_DIR
@@ -96,6 +97,13 @@ d=$(nproc)
 [ "$d" -gt 32 ] && d=32
 [ "$(workers_shown sdef.log)" = "$d worker" ] || fail "default workers: '$(workers_shown sdef.log)', expected $d (nproc)"
 cmp -s "$W/sdef/shard-00000.rrs" "$W/s1/shard-00000.rrs" || fail "default workers: shard-00000.rrs differs"
+
+for bad in 0 257 two; do
+    pack wbad wbad.log --manifest "$W/m.jsonl" --workers "$bad"
+    rc=$?
+    [ $rc = 2 ] && grep -qF -- "--workers expects an integer in [1, 256], got '$bad'" "$W/wbad.log" && [ ! -e "$W/wbad" ] ||
+        fail "--workers $bad: exit $rc, $(cat "$W/wbad.log")"
+done
 
 # ---- --strict: the first rejection in manifest order, not the first to fail ----
 {
