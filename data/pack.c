@@ -8,6 +8,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,13 +27,14 @@ typedef struct {
     char final[4096], tmp[4112];
 } ShardName;
 
-static void progress_line(const PackConfig* c, const PackSummary* s, int64_t total, double t0, int final) {
+static void progress_line(const PackConfig* c, const PackSummary* s, int64_t total, int workers, double t0, int final) {
     if (!c->progress) return;
     double dt = rr_now() - t0;
     double rate = dt > 0 ? (double)s->read / dt : 0;
     double eta = rate > 0 ? (double)(total - s->read) / rate : 0;
-    fprintf(c->progress, "%spack: %lld/%lld records, %.0f records/s, %.1f MiB written, ETA %.0f s%s",
-            isatty(fileno(c->progress)) ? "\r" : "", (long long)s->read, (long long)total, rate,
+    fprintf(c->progress, "%spack: %lld/%lld records, %.0f records/s (%d worker%s), %.1f MiB written, ETA %.0f s%s",
+            isatty(fileno(c->progress)) ? "\r" : "", (long long)s->read, (long long)total, rate, workers,
+            workers == 1 ? "" : "s",
             (double)s->bytes / (1 << 20), eta, final || !isatty(fileno(c->progress)) ? "\n" : "");
     fflush(c->progress);
 }
@@ -83,7 +87,8 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
     else snprintf(path, sizeof path, "%s/%s", c->images_dir, name);
     if (images_real) { /* symbolic links: the file itself must lie inside the folder */
         if (!realpath(path, real)) {
-            snprintf(why, why_len, "image '%.1024s': %s", path, strerror(errno));
+            char eb[128]; /* strerror_r: the workers run this at once (docs/data.md "Pack") */
+            snprintf(why, why_len, "image '%.1024s': %s", path, strerror_r(errno, eb, sizeof eb));
             return REJECT_MISSING_IMAGE;
         }
         size_t n = strlen(images_real);
@@ -128,6 +133,253 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
     free(rgb);
     im->w = (uint16_t)w, im->h = (uint16_t)h, im->grid_h = (uint16_t)gh, im->grid_w = (uint16_t)gw;
     return REJECT_NONE;
+}
+
+/* ---- one record's work (any thread) and its taking in manifest order (the writing thread) ---- */
+
+/* The inputs every worker reads; nothing in it is written while records are in flight (the tokenizer's
+ * word cache has its own mutex: text/tokenizer_encode.c). */
+typedef struct {
+    const PackConfig* c;
+    const Manifest* m;
+    const Tokenizer* tok;
+    TemplateKind tmpl;
+    int image_id, eot_id;
+    const char* images_real;
+} PackJob;
+
+/* One record, checked, tokenized, its images read and decoded, compressed into its frame: what the writer needs. */
+typedef struct {
+    int index; /* the record's number in the manifest */
+    RejectReason why_code;
+    char why[2048];
+    ManifestSample s;
+    uint8_t* jpeg[SHARD_MAX_IMAGES]; /* the image files' bytes, until they are in the frame */
+    ShardSampleIn in;                /* what the frame was made of (its bytes freed) and the index holds */
+    ShardFrame frame;                /* the compressed sample, written as it is */
+    int frame_rc;                    /* -1: shard_frame_make failed, with frame_err */
+    char frame_err[256];
+} PackItem;
+
+/* Empty the item for the next record, keeping its frame's buffers (a window of slots reuses them: no large
+ * allocation per record); pack_item_free frees those too. */
+static void pack_item_clear(PackItem* it) {
+    for (int k = 0; k < SHARD_MAX_IMAGES; k++) free(it->jpeg[k]);
+    manifest_sample_free(&it->s);
+    ShardFrame keep = it->frame;
+    if (keep.frame_cap + keep.payload_cap > (8u << 20)) shard_frame_free(&keep); /* an outsize record's: let go */
+    memset(it, 0, sizeof *it);
+    it->frame = keep;
+    it->frame.frame_n = 0;
+}
+
+static void pack_item_free(PackItem* it) {
+    pack_item_clear(it);
+    shard_frame_free(&it->frame);
+}
+
+/* Record i of the manifest into it (cleared: pack_item_clear): everything but the writing, the zstd frame
+ * included. jc, cctx: this thread's codec and compression context. */
+static void pack_record(const PackJob* j, JpegCodec* jc, ZSTD_CCtx* cctx, int i, PackItem* it) {
+    const ManifestRecord* r = &j->m->recs[i];
+    it->index = i;
+    if (!r->rec) {
+        it->why_code = REJECT_BAD_JSON;
+        snprintf(it->why, sizeof it->why, "%s", r->json_err ? r->json_err : "invalid JSON");
+    } else {
+        it->why_code = manifest_sample_build_template(r->rec, r->line, j->tok, j->tmpl, j->image_id, j->eot_id, &it->s,
+                                                      it->why, sizeof it->why);
+    }
+    for (int k = 0; it->why_code == REJECT_NONE && k < it->s.n_images; k++)
+        it->why_code = pack_image(jc, j->c, j->images_real, it->s.images[k], &it->jpeg[k], &it->in.jpeg_len[k],
+                                  &it->in.img[k], it->why, sizeof it->why);
+    if (it->why_code != REJECT_NONE) return;
+    ShardSampleIn* in = &it->in;
+    const ManifestSample* s = &it->s;
+    in->id = s->id;
+    in->n_tokens = s->n_tokens;
+    in->ids = s->ids;
+    in->mask = s->mask;
+    in->n_supervised = s->n_supervised;
+    in->n_images = s->n_images;
+    for (int k = 0; k < s->n_images; k++) in->jpeg[k] = it->jpeg[k];
+    it->frame_rc = shard_frame_make(cctx, in, &it->frame, it->frame_err, sizeof it->frame_err);
+    for (int k = 0; k < s->n_images; k++) { /* the frame holds them now: a window of records holds each image once */
+        free(it->jpeg[k]);
+        it->jpeg[k] = NULL;
+        in->jpeg[k] = NULL;
+    }
+}
+
+typedef struct {
+    ShardInfo info;
+    uint64_t shard_bytes;
+    ShardName* names; /* (PACK_MAX_SHARDS) */
+    ShardWriter* w;   /* the shard being written, NULL between shards */
+} PackOut;
+
+/* A record done by pack_record, taken in manifest order: counted, reported when rejected, written when not.
+ * Returns 0, or -1 with err (--strict's first rejection, the reject fraction passed, a write). */
+static int pack_take(const PackJob* j, PackOut* o, const PackItem* it, PackSummary* sum, char* err, size_t err_len) {
+    const PackConfig* c = j->c;
+    const ManifestRecord* r = &j->m->recs[it->index];
+    int n = j->m->n, rc = 0;
+    sum->read++;
+    if (it->why_code != REJECT_NONE) {
+        sum->rejected++;
+        /* once past the limit no later record can bring it back under: stop here */
+        int too_many = !c->strict && (double)sum->rejected > c->max_reject_fraction * (double)n;
+        sum->by_reason[it->why_code]++;
+        const char* id = it->s.id[0] ? it->s.id : "?";
+        if (c->strict) {
+            snprintf(err, err_len, "%s:%d: record '%s' rejected (%s): %s\n---> HINT: --strict makes any rejected "
+                     "record fatal; without it the record is skipped and counted", c->manifest, r->line, id,
+                     reject_reason_name(it->why_code), it->why);
+            rc = -1;
+        } else if (c->progress) {
+            fprintf(c->progress, "%s%s:%d: record '%s' rejected (%s): %s\n",
+                    isatty(fileno(c->progress)) ? "\r\033[K" : "", c->manifest, r->line, id,
+                    reject_reason_name(it->why_code), it->why);
+        }
+        if (too_many) {
+            snprintf(err, err_len, "%s: %lld of the %d records rejected (stopped at line %d), more than "
+                     "--max-reject-fraction %g allows; no shard written\n---> HINT: the summary counts the reasons; "
+                     "most records failing for one reason is usually a wrong --images folder or manifest, not bad "
+                     "data (--max-reject-fraction 1 packs whatever is usable)", c->manifest,
+                     (long long)sum->rejected, n, r->line, c->max_reject_fraction);
+            rc = -1;
+        }
+        return rc;
+    }
+    if (o->w && shard_writer_bytes(o->w) >= o->shard_bytes) {
+        rc = shard_writer_close(o->w, err, err_len);
+        o->w = NULL;
+    }
+    if (rc == 0 && !o->w) {
+        if (sum->shards == PACK_MAX_SHARDS) {
+            snprintf(err, err_len, "more than %d shards: give a larger --shard-size", PACK_MAX_SHARDS);
+            rc = -1;
+        } else {
+            ShardName* sn = &o->names[sum->shards++];
+            snprintf(sn->final, sizeof sn->final, "%.4000s/shard-%05d.rrs", c->out_dir, sum->shards - 1);
+            snprintf(sn->tmp, sizeof sn->tmp, "%.4096s.tmp", sn->final);
+            o->w = shard_writer_open(sn->tmp, &o->info, err, err_len);
+            if (!o->w) rc = -1;
+        }
+    }
+    if (rc == 0 && it->frame_rc != 0) rc = rr_fail(err, err_len, "%s", it->frame_err);
+    if (rc == 0) {
+        uint64_t before = shard_writer_bytes(o->w);
+        rc = shard_writer_add_frame(o->w, &it->in, &it->frame, err, err_len);
+        sum->bytes += shard_writer_bytes(o->w) - before;
+        sum->packed++;
+        sum->tokens += (uint64_t)it->s.n_tokens;
+        sum->images += (uint64_t)it->s.n_images;
+    }
+    return rc;
+}
+
+/* ---- the workers (--workers N > 1) ----
+ * Workers take records in manifest order and fill the slots of a ring of `window` records; the writing
+ * thread takes slot i % window when record i is done, so what is written, printed and counted is exactly
+ * what one thread does, in the same order, whichever record finishes first. A worker takes record i
+ * only below taken + window: at most `window` records' images are held at once. */
+typedef struct PackPool PackPool;
+struct PackPool {
+    const PackJob* job;
+    int n_workers, window;
+    pthread_t* threads;
+    PackItem* ring;  /* (window) */
+    char* done;      /* (window) slot i % window holds record i, finished */
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    int next;  /* the next record a worker takes */
+    int taken; /* records the writer took: slots below it are free */
+    int stop;
+};
+
+static void* pack_worker(void* arg) {
+    PackPool* p = arg;
+    JpegCodec* jc = jpeg_codec_new(); /* TurboJPEG handles and zstd contexts are per thread (data/image.h) */
+    ZSTD_CCtx* cctx = shard_cctx_new();
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->next < p->job->m->n && p->next >= p->taken + p->window)
+            pthread_cond_wait(&p->work_cv, &p->mu);
+        if (p->stop || p->next >= p->job->m->n) break;
+        int i = p->next++;
+        pthread_mutex_unlock(&p->mu);
+        pack_record(p->job, jc, cctx, i, &p->ring[i % p->window]);
+        pthread_mutex_lock(&p->mu);
+        p->done[i % p->window] = 1;
+        if (i == p->taken) pthread_cond_signal(&p->done_cv); /* the writer waits for this one only */
+    }
+    pthread_mutex_unlock(&p->mu);
+    jpeg_codec_free(jc);
+    ZSTD_freeCCtx(cctx);
+    return NULL;
+}
+
+static PackPool* pack_pool_start(const PackJob* job, int n_workers) {
+    PackPool* p = callocCheck(1, sizeof *p);
+    p->job = job;
+    p->n_workers = n_workers;
+    p->window = 4 * n_workers;
+    p->ring = callocCheck((size_t)p->window, sizeof *p->ring);
+    p->done = callocCheck((size_t)p->window, 1);
+    p->threads = callocCheck((size_t)n_workers, sizeof *p->threads);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work_cv, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
+    /* SIGINT / SIGTERM go to the calling thread only (the workers start with them blocked), whose handler's
+     * flag the record loop reads (PackConfig.stop) */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    for (int k = 0; k < n_workers; k++)
+        if (pthread_create(&p->threads[k], NULL, pack_worker, p) != 0) rr_die("pack: cannot start worker thread %d", k);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return p;
+}
+
+/* Record i, once done (i is the one after the last taken). */
+static PackItem* pack_pool_wait(PackPool* p, int i) {
+    pthread_mutex_lock(&p->mu);
+    RR_ASSERT(i == p->taken);
+    while (!p->done[i % p->window]) pthread_cond_wait(&p->done_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return &p->ring[i % p->window];
+}
+
+/* Record i was taken and its slot cleared (pack_item_clear): a worker may fill it with record i + window. */
+static void pack_pool_release(PackPool* p, int i) {
+    pthread_mutex_lock(&p->mu);
+    p->done[i % p->window] = 0;
+    p->taken = i + 1;
+    pthread_cond_signal(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* No more records are taken: workers finish the one they hold and end; every slot is freed. */
+static void pack_pool_stop(PackPool* p) {
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < p->n_workers; k++) pthread_join(p->threads[k], NULL);
+    for (int k = 0; k < p->window; k++) pack_item_free(&p->ring[k]);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work_cv);
+    pthread_cond_destroy(&p->done_cv);
+    free(p->threads), free(p->ring), free(p->done), free(p);
+}
+
+int pack_default_workers(void) {
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n < 1 ? 1 : n > PACK_DEFAULT_MAX_WORKERS ? PACK_DEFAULT_MAX_WORKERS : n;
 }
 
 /* the shard record holds every template's number */
@@ -212,95 +464,39 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     uint64_t shard_bytes = (uint64_t)(c->shard_mb * 1048576.0);
     if (shard_bytes < 4096) shard_bytes = 4096;
 
-    JpegCodec* jc = jpeg_codec_new();
-    ShardName* names = callocCheck(PACK_MAX_SHARDS, sizeof(ShardName));
-    ShardWriter* w = NULL;
+    PackJob job = {.c = c, .m = &m, .tok = tok, .tmpl = tmpl, .image_id = image_id, .eot_id = eot_id,
+                   .images_real = images_real};
+    PackOut out = {.info = info, .shard_bytes = shard_bytes, .names = callocCheck(PACK_MAX_SHARDS, sizeof(ShardName))};
+    int workers = c->workers > 0 ? c->workers : pack_default_workers();
+    if (workers > m.n) workers = m.n > 0 ? m.n : 1;
+    JpegCodec* jc = workers <= 1 ? jpeg_codec_new() : NULL; /* --workers 1: this thread does every record */
+    ZSTD_CCtx* cctx = workers <= 1 ? shard_cctx_new() : NULL;
+    PackPool* pool = workers > 1 ? pack_pool_start(&job, workers) : NULL;
+    PackItem* one = pool ? NULL : callocCheck(1, sizeof *one);
     int rc = 0;
     double t0 = rr_now(), last = t0;
     for (int i = 0; i < m.n && rc == 0; i++) {
-        const ManifestRecord* r = &m.recs[i];
-        sum->read++;
-        RejectReason why_code = REJECT_NONE;
-        char why[2048] = "";
-        ManifestSample s;
-        memset(&s, 0, sizeof s);
-        uint8_t* jpeg[SHARD_MAX_IMAGES] = {0};
-        ShardSampleIn in;
-        memset(&in, 0, sizeof in);
-        if (!r->rec) {
-            why_code = REJECT_BAD_JSON;
-            snprintf(why, sizeof why, "%s", r->json_err ? r->json_err : "invalid JSON");
-        } else {
-            why_code = manifest_sample_build_template(r->rec, r->line, tok, tmpl, image_id, eot_id, &s, why, sizeof why);
+        if (c->stop && *c->stop) {
+            rc = rr_fail(err, err_len, "interrupted by signal %d after %lld of the %d records; no shard written",
+                         (int)*c->stop, (long long)sum->read, m.n);
+            break;
         }
-        for (int k = 0; why_code == REJECT_NONE && k < s.n_images; k++)
-            why_code = pack_image(jc, c, images_real, s.images[k], &jpeg[k], &in.jpeg_len[k], &in.img[k], why,
-                                  sizeof why);
-        if (why_code != REJECT_NONE) {
-            sum->rejected++;
-            /* once past the limit no later record can bring it back under: stop here */
-            int too_many = !c->strict && (double)sum->rejected > c->max_reject_fraction * (double)m.n;
-            sum->by_reason[why_code]++;
-            const char* id = s.id[0] ? s.id : "?";
-            if (c->strict) {
-                snprintf(err, err_len, "%s:%d: record '%s' rejected (%s): %s\n---> HINT: --strict makes any rejected "
-                         "record fatal; without it the record is skipped and counted", c->manifest, r->line, id,
-                         reject_reason_name(why_code), why);
-                rc = -1;
-            } else if (c->progress) {
-                fprintf(c->progress, "%s%s:%d: record '%s' rejected (%s): %s\n",
-                        isatty(fileno(c->progress)) ? "\r\033[K" : "", c->manifest, r->line, id,
-                        reject_reason_name(why_code), why);
-            }
-            if (too_many) {
-                snprintf(err, err_len, "%s: %lld of the %d records rejected (stopped at line %d), more than "
-                         "--max-reject-fraction %g allows; no shard written\n---> HINT: the summary counts the reasons; "
-                         "most records failing for one reason is usually a wrong --images folder or manifest, not bad "
-                         "data (--max-reject-fraction 1 packs whatever is usable)", c->manifest,
-                         (long long)sum->rejected, m.n, r->line, c->max_reject_fraction);
-                rc = -1;
-            }
-        } else {
-            if (w && shard_writer_bytes(w) >= shard_bytes) {
-                rc = shard_writer_close(w, err, err_len);
-                w = NULL;
-            }
-            if (rc == 0 && !w) {
-                if (sum->shards == PACK_MAX_SHARDS) {
-                    snprintf(err, err_len, "more than %d shards: give a larger --shard-size", PACK_MAX_SHARDS);
-                    rc = -1;
-                } else {
-                    ShardName* sn = &names[sum->shards++];
-                    snprintf(sn->final, sizeof sn->final, "%.4000s/shard-%05d.rrs", c->out_dir, sum->shards - 1);
-                    snprintf(sn->tmp, sizeof sn->tmp, "%.4096s.tmp", sn->final);
-                    w = shard_writer_open(sn->tmp, &info, err, err_len);
-                    if (!w) rc = -1;
-                }
-            }
-            if (rc == 0) {
-                in.id = s.id;
-                in.n_tokens = s.n_tokens;
-                in.ids = s.ids;
-                in.mask = s.mask;
-                in.n_supervised = s.n_supervised;
-                in.n_images = s.n_images;
-                for (int k = 0; k < s.n_images; k++) in.jpeg[k] = jpeg[k];
-                uint64_t before = shard_writer_bytes(w);
-                rc = shard_writer_add(w, &in, err, err_len);
-                sum->bytes += shard_writer_bytes(w) - before;
-                sum->packed++;
-                sum->tokens += (uint64_t)s.n_tokens;
-                sum->images += (uint64_t)s.n_images;
-            }
-        }
-        for (int k = 0; k < SHARD_MAX_IMAGES; k++) free(jpeg[k]);
-        manifest_sample_free(&s);
+        PackItem* it = pool ? pack_pool_wait(pool, i) : one;
+        if (!pool) pack_record(&job, jc, cctx, i, it);
+        rc = pack_take(&job, &out, it, sum, err, err_len);
+        pack_item_clear(it);
+        if (pool) pack_pool_release(pool, i);
         double now = rr_now();
         if (now - last > (c->progress && isatty(fileno(c->progress)) ? 0.5 : 10.0)) {
-            progress_line(c, sum, m.n, t0, 0);
+            progress_line(c, sum, m.n, workers, t0, 0);
             last = now;
         }
     }
+    if (pool) pack_pool_stop(pool); /* workers past the last record taken finish theirs and are dropped */
+    if (one) pack_item_free(one);
+    free(one);
+    ShardWriter* w = out.w;
+    ShardName* names = out.names;
     if (rc == 0 && sum->packed == 0) {
         snprintf(err, err_len, "%s: no record could be packed (%lld read, all rejected)", c->manifest,
                  (long long)sum->read);
@@ -310,6 +506,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         rc = shard_writer_close(w, err, err_len);
         w = NULL;
     }
+    if (rc == 0 && c->stop && *c->stop) /* between the last record and the renames: still nothing finished */
+        rc = rr_fail(err, err_len, "interrupted by signal %d after the last record; no shard written", (int)*c->stop);
     if (w) shard_writer_abort(w);
     if (rc == 0) {
         sum->bytes = 0;
@@ -317,7 +515,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             struct stat st;
             if (stat(names[k].tmp, &st) == 0) sum->bytes += (uint64_t)st.st_size;
         }
-        progress_line(c, sum, m.n, t0, 1);
+        progress_line(c, sum, m.n, workers, t0, 1);
         for (int k = 0; k < sum->shards && rc == 0; k++)
             if (rename(names[k].tmp, names[k].final) != 0) {
                 snprintf(err, err_len, "cannot rename '%s' to '%s': %s", names[k].tmp, names[k].final, strerror(errno));
@@ -345,7 +543,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         sum->shards = 0, sum->bytes = 0;      /* for the summary: nothing was written */
     }
     free(names);
-    jpeg_codec_free(jc);
+    if (jc) jpeg_codec_free(jc);
+    ZSTD_freeCCtx(cctx); /* NULL: nothing */
     manifest_free(&m);
     tokenizer_free(tok);
     return rc;

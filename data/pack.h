@@ -9,10 +9,15 @@
  * temporary names ("shard-00000.rrs.tmp") and all renamed only when every one is complete, so an
  * interrupted pack leaves nothing that looks finished; older shard-*.rrs files in the folder that
  * the new set does not overwrite are removed at the end. The same inputs give byte-identical shards
- * (no time stamps, one deterministic zstd level, records in manifest order). */
+ * (no time stamps, one deterministic zstd level, records in manifest order), with any number of workers:
+ * `workers` threads check, tokenize, read, decode and compress records ahead, at most 4 * workers records
+ * at a time, and the calling thread takes them in manifest order and writes them, so the shards, the
+ * rejection lines, the summary, --strict's failure and the reject-fraction stop are those of one thread
+ * (docs/data.md "Pack"). */
 #ifndef RRFP_DATA_PACK_H
 #define RRFP_DATA_PACK_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +44,9 @@ typedef struct {
                                shards: IMAGE_PREP_LLAVA writes version 2 shards, every grid (size / p)^2) */
     FILE* progress;         /* progress and rejections (stderr), NULL = quiet */
     const char* chat_template; /* data/template.h: rrfp (NULL: the same), vicuna_v1, llama_3, chatml, plain */
+    int workers; /* threads doing the records' work (0: pack_default_workers(); 1: the calling thread alone) */
+    volatile sig_atomic_t* stop; /* set (to a signal number) by the caller's SIGINT / SIGTERM handler: the pack
+                                    stops before the next record and removes what it wrote (NULL: none) */
 } PackConfig;
 
 typedef struct {
@@ -50,7 +58,14 @@ typedef struct {
     uint64_t images;
 } PackSummary;
 
-/* Returns 0, or -1 with err (nothing renamed into place then). */
+#define PACK_DEFAULT_MAX_WORKERS 32 /* the default's cap (the one writing thread, the disk and memory bound it) */
+#define PACK_MAX_WORKERS 256
+
+/* The CPUs this process may run on (sched_getaffinity), at most PACK_DEFAULT_MAX_WORKERS. */
+int pack_default_workers(void);
+
+/* Returns 0, or -1 with err (nothing renamed into place then). The workers start with SIGINT and SIGTERM
+ * blocked, so the handler behind cfg->stop runs in the calling thread, the one that reads the flag. */
 int pack_run(const PackConfig* cfg, PackSummary* sum, char* err, size_t err_len);
 void pack_summary_print(const PackSummary* s, FILE* f);
 

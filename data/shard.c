@@ -49,7 +49,7 @@ struct ShardWriter {
     uint64_t offset, count;
     Buf index;
     ZSTD_CCtx* cctx;
-    Buf payload, frame;
+    ShardFrame frame; /* shard_writer_add's */
 };
 
 static int write_all(int fd, const void* d, size_t n) {
@@ -85,46 +85,64 @@ ShardWriter* shard_writer_open(const char* path, const ShardInfo* info, char* er
         return NULL;
     }
     w->offset = SHARD_HEADER_SIZE;
-    w->cctx = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, 3);
-    ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
-    ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
+    w->cctx = shard_cctx_new();
     return w;
 }
 
-int shard_writer_add(ShardWriter* w, const ShardSampleIn* s, char* err, size_t err_len) {
+ZSTD_CCtx* shard_cctx_new(void) {
+    ZSTD_CCtx* c = ZSTD_createCCtx();
+    if (!c) rr_die("zstd: cannot create a compression context (out of memory)");
+    ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, 3);
+    ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
+    return c;
+}
+
+int shard_frame_make(ZSTD_CCtx* cctx, const ShardSampleIn* s, ShardFrame* f, char* err, size_t err_len) {
     RR_ASSERT(s->n_images >= 0 && s->n_images <= SHARD_MAX_IMAGES && s->n_tokens >= 0);
+    Buf payload = {f->payload, 0, f->payload_cap};
     uint8_t hdr[12];
     memcpy(hdr, "RRSF", 4);
     put_u32(hdr + 4, (uint32_t)s->n_tokens);
     put_u32(hdr + 8, (uint32_t)s->n_images);
-    w->payload.n = 0;
-    buf_put(&w->payload, hdr, 12);
+    buf_put(&payload, hdr, 12);
     for (int i = 0; i < s->n_tokens; i++) {
         uint8_t b[4];
         put_u32(b, (uint32_t)s->ids[i]);
-        buf_put(&w->payload, b, 4);
+        buf_put(&payload, b, 4);
     }
-    buf_put(&w->payload, s->mask, (size_t)s->n_tokens);
+    buf_put(&payload, s->mask, (size_t)s->n_tokens);
     for (int i = 0; i < s->n_images; i++) {
         uint8_t b[4];
         put_u32(b, (uint32_t)s->jpeg_len[i]);
-        buf_put(&w->payload, b, 4);
+        buf_put(&payload, b, 4);
     }
-    for (int i = 0; i < s->n_images; i++) buf_put(&w->payload, s->jpeg[i], s->jpeg_len[i]);
+    for (int i = 0; i < s->n_images; i++) buf_put(&payload, s->jpeg[i], s->jpeg_len[i]);
+    f->payload = payload.p, f->payload_cap = payload.cap;
 
-    size_t bound = ZSTD_compressBound(w->payload.n);
-    if (w->frame.cap < bound) {
-        w->frame.cap = bound;
-        w->frame.p = reallocCheck(w->frame.p, bound);
+    size_t bound = ZSTD_compressBound(payload.n);
+    if (f->frame_cap < bound) {
+        f->frame_cap = bound;
+        f->frame = reallocCheck(f->frame, bound);
     }
-    size_t fs = ZSTD_compress2(w->cctx, w->frame.p, bound, w->payload.p, w->payload.n);
+    size_t fs = ZSTD_compress2(cctx, f->frame, bound, payload.p, payload.n);
     if (ZSTD_isError(fs)) rr_die("zstd: compressing sample '%s' failed: %s", s->id, ZSTD_getErrorName(fs));
     if (fs > UINT32_MAX) {
         snprintf(err, err_len, "sample '%s' is %zu bytes compressed, more than a shard entry holds", s->id, fs);
         return -1;
     }
-    if (write_all(w->fd, w->frame.p, fs) != 0) {
+    f->frame_n = fs;
+    return 0;
+}
+
+void shard_frame_free(ShardFrame* f) {
+    free(f->frame), free(f->payload);
+    memset(f, 0, sizeof *f);
+}
+
+int shard_writer_add_frame(ShardWriter* w, const ShardSampleIn* s, const ShardFrame* f, char* err, size_t err_len) {
+    size_t fs = f->frame_n;
+    if (write_all(w->fd, f->frame, fs) != 0) {
         snprintf(err, err_len, "cannot write '%s': %s", w->path, strerror(errno));
         return -1;
     }
@@ -152,12 +170,18 @@ int shard_writer_add(ShardWriter* w, const ShardSampleIn* s, char* err, size_t e
     return 0;
 }
 
+int shard_writer_add(ShardWriter* w, const ShardSampleIn* s, char* err, size_t err_len) {
+    if (shard_frame_make(w->cctx, s, &w->frame, err, err_len) != 0) return -1;
+    return shard_writer_add_frame(w, s, &w->frame, err, err_len);
+}
+
 uint64_t shard_writer_bytes(const ShardWriter* w) { return w->offset + w->index.n; }
 uint64_t shard_writer_count(const ShardWriter* w) { return w->count; }
 
 static void writer_release(ShardWriter* w) {
     ZSTD_freeCCtx(w->cctx);
-    free(w->index.p), free(w->payload.p), free(w->frame.p);
+    free(w->index.p);
+    shard_frame_free(&w->frame);
     free(w);
 }
 

@@ -82,6 +82,23 @@ typedef struct {
     ShardImage img[SHARD_MAX_IMAGES];
 } ShardSampleIn;
 
+/* A sample's frame can be made apart from the writer, so that many threads compress while one writes (pack's
+ * workers): shard_frame_make with the thread's own context, then shard_writer_add_frame in sample order;
+ * shard_writer_add is the two in one. The bytes are the same whichever context made the frame (one zstd level
+ * and parameter set, no zstd threads). */
+typedef struct {
+    uint8_t* frame; /* the zstd frame, frame_n bytes */
+    size_t frame_n, frame_cap;
+    uint8_t* payload; /* scratch: the uncompressed payload */
+    size_t payload_cap;
+} ShardFrame;
+ZSTD_CCtx* shard_cctx_new(void); /* the shards' zstd settings: level 3, content checksum and size */
+/* Returns 0, or -1 with err (a frame larger than an entry holds). */
+int shard_frame_make(ZSTD_CCtx* cctx, const ShardSampleIn* s, ShardFrame* f, char* err, size_t err_len);
+void shard_frame_free(ShardFrame* f);
+/* s: the sample the frame was made from (its id, counts and images go to the index; its bytes are not read). */
+int shard_writer_add_frame(ShardWriter* w, const ShardSampleIn* s, const ShardFrame* f, char* err, size_t err_len);
+
 /* Create `path` (the caller passes a temporary name and renames it once closed). */
 ShardWriter* shard_writer_open(const char* path, const ShardInfo* info, char* err, size_t err_len);
 int shard_writer_add(ShardWriter* w, const ShardSampleIn* s, char* err, size_t err_len);

@@ -291,7 +291,7 @@ const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t
         snprintf(buf, n, "larger than %s, the limit for %s (refusing to read it whole)", cap, expected);
         return buf;
     }
-    return strerror(errnum);
+    return strerror_r(errnum, buf, n); /* GNU's: buf or a constant string; threads call this at once (pack) */
 }
 
 char* rr_read_file_err(const char* path, size_t* size, size_t max, const char* expected, char* err, size_t err_len,

@@ -1,4 +1,5 @@
 /* cmd_pack.c — `rrfp-mm pack`: LLaVA manifest + JPEGs -> .rrs shards (data/pack.h). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@ static void pack_usage(FILE* f) {
             "                    [--shard-size MB] [--strict] [--patch P] [--min-patches N] [--max-patches N]\n"
             "                    [--max-reject-fraction F] [--allow-outside-images] [--template NAME]\n"
             "                    [--image-preprocess smart|llava|anyres] [--image-size S] [--grid-pinpoints LIST]\n"
+            "                    [--workers N]\n"
             "\n"
             "Reads a LLaVA manifest (JSON array or JSONL), checks every record and every JPEG (header and a\n"
             "full decode), tokenizes with the prompt template (data/manifest.h) and writes DIR/shard-NNNNN.rrs\n"
@@ -36,8 +38,20 @@ static void pack_usage(FILE* f) {
             "(LLaVA-NeXT Qwen) or plain (pretraining: image + caption); only the answers are supervised.\n"
             "--out is refused before anything is read when it is an input, a file, a checkpoint folder or a\n"
             "folder inside one, or a folder holding the manifest or tokenizer under a shard-* name\n"
-            "(docs/reliability.md); each shard is written to a temporary name and renamed.\n");
+            "(docs/reliability.md); each shard is written to a temporary name and renamed.\n"
+            "--workers N: threads that check, tokenize, read, decode and compress records (default: the CPUs this\n"
+            "process may use, at most %d; 1: one thread); the shards are written by one thread in manifest order,\n"
+            "so they and every message are the same for any N.\n"
+            "SIGINT / SIGTERM stop the pack and remove what it wrote (exit 128 + the signal); a second one ends it\n"
+            "at once.\n",
+            PACK_DEFAULT_MAX_WORKERS);
 }
+
+/* SIGINT / SIGTERM: pack_run stops before its next record and removes its temporary shards (PackConfig.stop;
+ * before, the process ended with its *.rrs.tmp files left behind); SA_RESETHAND: a second signal ends the
+ * process at once. */
+static volatile sig_atomic_t pack_signal;
+static void pack_on_signal(int sig) { pack_signal = sig; }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, int* out) {
     long v;
@@ -87,6 +101,8 @@ int cmd_pack(int argc, char** argv) {
             pins_text = argv[++i];
         } else if (!strcmp(a, "--image-size") && has) {
             if (parse_int(a, argv[++i], 1, 16384, &c.prep.size)) return 2;
+        } else if (!strcmp(a, "--workers") && has) {
+            if (parse_int(a, argv[++i], 1, PACK_MAX_WORKERS, &c.workers)) return 2;
         } else if (!strcmp(a, "--patch") && has) {
             if (parse_int(a, argv[++i], 1, 1024, &c.patch)) return 2;
         } else if (!strcmp(a, "--min-patches") && has) {
@@ -135,11 +151,22 @@ int cmd_pack(int argc, char** argv) {
         fprintf(stderr, "rrfp-mm pack: %s\n", err);
         return 2;
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = pack_on_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 2; k++) { /* a signal ignored by whoever started us (nohup, a shell's `&`) stays ignored */
+        int sig = k ? SIGTERM : SIGINT;
+        struct sigaction was;
+        if (sigaction(sig, NULL, &was) == 0 && was.sa_handler != SIG_IGN) sigaction(sig, &sa, NULL);
+    }
+    c.stop = &pack_signal;
     rc = pack_run(&c, &s, err, sizeof err);
     if (rc != 0) {
         if (s.read) pack_summary_print(&s, stderr);
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
-        return 1;
+        return pack_signal ? 128 + (int)pack_signal : 1;
     }
     pack_summary_print(&s, stderr);
     return 0;

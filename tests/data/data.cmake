@@ -24,6 +24,12 @@ set_tests_properties(data_llava_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 7
 add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/data_pack_errors.sh $<TARGET_FILE:rrfp-mm>
          $<TARGET_FILE:test_data> ${CMAKE_CURRENT_BINARY_DIR}/data_pack_errors)
 set_tests_properties(data_pack_errors PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# pack --workers N: the same shards byte for byte and the same messages for N = 1, 2, 3, 7 (rejected, text-only and
+# multi-image records over several shards), --strict's first failure and the reject-fraction stop in manifest order,
+# the default from the CPUs, SIGTERM / SIGINT leave no shard and no *.rrs.tmp
+add_test(NAME data_pack_workers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/pack_workers.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_CURRENT_BINARY_DIR}/data_pack_workers)
+set_tests_properties(data_pack_workers PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 # PNG images (data/png.c): decoded as Pillow's convert("RGB") byte for byte (8 kinds), patches against
 # Pillow's resize, damaged and oversized PNGs refused before allocating, pack names and skips them,
 # training reads the PNG samples.
