@@ -110,8 +110,7 @@ int cmd_pack(int argc, char** argv) {
         } else if (!strcmp(a, "--max-patches") && has) {
             if (parse_int(a, argv[++i], 1, 65535, &c.max_patches)) return 2;
         } else {
-            fprintf(stderr, "rrfp-mm pack: unknown or incomplete option '%s'\n\n", a);
-            pack_usage(stderr);
+            cli_unknown_option("pack", a, pack_usage, NULL);
             return 2;
         }
     }

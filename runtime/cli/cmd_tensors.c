@@ -20,6 +20,9 @@ typedef struct {
     int n;
 } StSet;
 
+/* tensors diff reads both tensors this many elements at a time */
+#define DIFF_CHUNK ((int64_t)1 << 20)
+
 static int ends_with(const char* s, const char* suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
@@ -281,72 +284,69 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
             int64_t n = numel(ta);
             double maxabs = 0, maxrel = 0;
             int64_t at = -1, nbad = 0;
-            /* the stored bytes of both (I32, U8), read from their files for this comparison only */
-            char* ra = NULL;
-            char* rb = NULL;
-            if (ta->dtype == DTYPE_I32 || ta->dtype == DTYPE_U8) {
-                char err[512];
-                ra = mallocCheck(ta->end - ta->begin + 1), rb = mallocCheck(tb->end - tb->begin + 1);
-                if (st_read_raw(&a.files[f], ta, 0, ta->end - ta->begin, ra, err, sizeof err) != 0 ||
-                    st_read_raw(fb, tb, 0, tb->end - tb->begin, rb, err, sizeof err) != 0) {
-                    fprintf(stderr, "rrfp-mm: error: %s\n", err);
-                    free(ra), free(rb);
-                    bad++;
-                    continue;
+            /* both tensors are read a chunk at a time (memory: two chunks, whatever size the files claim) */
+            int exact = ta->dtype == DTYPE_I32 || ta->dtype == DTYPE_U8;
+            int codes = ta->dtype == DTYPE_U8 && ends_with(ta->name, ".nf4.codes");
+            int64_t blocks = 0, last = -1, chunk = DIFF_CHUNK;
+            size_t es = dtype_size(ta->dtype);
+            void* ca = mallocCheck((size_t)(n < chunk ? n : chunk) * (exact ? es : sizeof(float)) + 1);
+            void* cb = mallocCheck((size_t)(n < chunk ? n : chunk) * (exact ? es : sizeof(float)) + 1);
+            char err[512];
+            int read_failed = 0;
+            for (int64_t k0 = 0; k0 < n && !read_failed; k0 += chunk) {
+                int64_t m = n - k0 < chunk ? n - k0 : chunk;
+                read_failed = exact ? st_read_raw(&a.files[f], ta, (uint64_t)k0 * es, (uint64_t)m * es, ca, err, sizeof err) != 0 ||
+                                          st_read_raw(fb, tb, (uint64_t)k0 * es, (uint64_t)m * es, cb, err, sizeof err) != 0
+                                    : st_read_f32_range(&a.files[f], ta, (uint64_t)k0, (uint64_t)m, ca, err, sizeof err) != 0 ||
+                                          st_read_f32_range(fb, tb, (uint64_t)k0, (uint64_t)m, cb, err, sizeof err) != 0;
+                if (read_failed) break;
+                if (ta->dtype == DTYPE_I32) {
+                    for (int64_t i = 0; i < m; i++) {
+                        int32_t x, y;
+                        memcpy(&x, (const char*)ca + 4 * i, 4);
+                        memcpy(&y, (const char*)cb + 4 * i, 4);
+                        if (x != y) {
+                            nbad++;
+                            if (at < 0) at = k0 + i;
+                        }
+                    }
+                } else if (ta->dtype == DTYPE_U8) { /* stored bytes (a QLoRA base's NF4 codes): equal or not */
+                    for (int64_t i = 0; i < m; i++)
+                        if (((const uint8_t*)ca)[i] != ((const uint8_t*)cb)[i]) {
+                            int64_t k = k0 + i;
+                            nbad++;
+                            if (at < 0) at = k;
+                            if (k / 32 != last) blocks++, last = k / 32; /* 32 bytes: one block of 64 codes */
+                        }
+                } else {
+                    const float* xa = ca;
+                    const float* xb = cb;
+                    for (int64_t i = 0; i < m; i++) {
+                        double d = fabs((double)xa[i] - (double)xb[i]);
+                        int nan_mismatch = isnan(xa[i]) != isnan(xb[i]);
+                        double rel = d / (fabs((double)xb[i]) + 1e-30);
+                        if (d > maxabs) maxabs = d;
+                        if (d > 0 && rel > maxrel) maxrel = rel;
+                        if (nan_mismatch || d > atol + rtol * fabs((double)xb[i])) {
+                            nbad++;
+                            if (at < 0) at = k0 + i;
+                        }
+                    }
                 }
             }
-            if (ta->dtype == DTYPE_I32) {
-                for (int64_t k = 0; k < n; k++) {
-                    int32_t x, y;
-                    memcpy(&x, ra + 4 * k, 4);
-                    memcpy(&y, rb + 4 * k, 4);
-                    if (x != y) {
-                        nbad++;
-                        if (at < 0) at = k;
-                    }
-                }
-            } else if (ta->dtype == DTYPE_U8) { /* stored bytes (a QLoRA base's NF4 codes): equal or not */
-                int codes = ends_with(ta->name, ".nf4.codes");
-                int64_t blocks = 0, last = -1;
-                for (int64_t k = 0; k < n; k++)
-                    if (((const uint8_t*)ra)[k] != ((const uint8_t*)rb)[k]) {
-                        nbad++;
-                        if (at < 0) at = k;
-                        if (k / 32 != last) blocks++, last = k / 32; /* 32 bytes: one block of 64 codes */
-                    }
-                if (codes && nbad)
-                    fprintf(stderr, "tensors diff: %s: %lld of %lld NF4 blocks of 64 hold other codes\n", ta->name,
-                            (long long)blocks, (long long)((n + 31) / 32));
-            } else {
-                float* xa = mallocCheck(sizeof(float) * (size_t)n);
-                float* xb = mallocCheck(sizeof(float) * (size_t)n);
-                char err[512];
-                if (st_read_f32(&a.files[f], ta->name, xa, ta->ndim, ta->shape, err, sizeof err) != 0 ||
-                    st_read_f32(fb, tb->name, xb, tb->ndim, tb->shape, err, sizeof err) != 0) {
-                    fprintf(stderr, "rrfp-mm: error: %s\n", err);
-                    free(xa), free(xb);
-                    bad++;
-                    continue;
-                }
-                for (int64_t k = 0; k < n; k++) {
-                    double d = fabs((double)xa[k] - (double)xb[k]);
-                    int nan_mismatch = isnan(xa[k]) != isnan(xb[k]);
-                    double rel = d / (fabs((double)xb[k]) + 1e-30);
-                    if (d > maxabs) maxabs = d;
-                    if (d > 0 && rel > maxrel) maxrel = rel;
-                    if (nan_mismatch || d > atol + rtol * fabs((double)xb[k])) {
-                        nbad++;
-                        if (at < 0) at = k;
-                    }
-                }
-                if (maxabs > worst) {
-                    worst = maxabs;
-                    snprintf(worst_name, sizeof worst_name, "%s", ta->name);
-                }
-                free(xa);
-                free(xb);
+            free(ca), free(cb);
+            if (read_failed) {
+                fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                bad++;
+                continue;
             }
-            free(ra), free(rb);
+            if (codes && nbad)
+                fprintf(stderr, "tensors diff: %s: %lld of %lld NF4 blocks of 64 hold other codes\n", ta->name,
+                        (long long)blocks, (long long)((n + 31) / 32));
+            if (!exact && maxabs > worst) {
+                worst = maxabs;
+                snprintf(worst_name, sizeof worst_name, "%s", ta->name);
+            }
             compared++;
             if (nbad) {
                 bad++;
