@@ -413,6 +413,7 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         snprintf(name_b, sizeof name_b, "%s_b.jpg", id);
         if (write_image(jc, r, &a, dir, name, err, err_len) || write_image(jc, r, &b, dir, name_b, err, err_len)) {
             *fail = 1;
+            cJSON_Delete(conv); /* not yet in rec: the caller frees rec */
             return rec;
         }
         cJSON* imgs = cJSON_CreateArray();
@@ -443,6 +444,7 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         snprintf(name, sizeof name, "%s.jpg", id);
         if (write_image(jc, r, &sc, dir, name, err, err_len)) {
             *fail = 1;
+            cJSON_Delete(conv); /* not yet in rec: the caller frees rec */
             return rec;
         }
         cJSON_AddStringToObject(rec, "image", name);
