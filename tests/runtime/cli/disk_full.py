@@ -343,6 +343,9 @@ def train_case(tag, argv, run_dir, ref_rows, ref_tensors, steps, timeout, ranks)
                  "%s: the error does not say that the checkpoint of step %d failed and that %s: %s" %
                  (tag, n, then, err.strip()[-500:]))
             note(have == [n - 2] if n == 4 else not have, "%s: checkpoints %s after step %d's failed" % (tag, have, n))
+            # and no step after it was trained (the log prints every step: train.log_every = 1)
+            note("step     %d/%d" % (n + 1, steps) not in out, "%s: training went on after step %d's checkpoint failed" %
+                 (tag, n))
     if ranks > 1 and LANDED[-1] and ".tmp.shards" in LANDED[-1]:
         # both ranks stop saying so: the one whose shard (or commit) failed, and the other
         errs = [l for l in text.splitlines() if "checkpoint of step 4 could not be written" in l]
