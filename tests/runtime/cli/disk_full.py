@@ -20,8 +20,9 @@ Modes:
             disk; every step-N folder left is complete (state.json, every file it lists whole); no .step-*.tmp; the
             last checkpoint, if any, resumes once space is freed and the run then ends bit for bit as one that had
             room (every metrics row's loss_hex, and the last checkpoint's tensors)
-  pp        (mpi) the same for a 2-rank pipeline (pp 2) whose second checkpoint fills the disk while the ranks
-            write their shards: both ranks stop with an error (under a timeout: no hang), no half checkpoint
+  pp        (mpi) the same for a 2-rank pipeline (pp 2, runtime.trace) whose second checkpoint fills the disk while
+            the ranks write their shards (or state.json, or a rank's trace file at the end): both ranks stop with an
+            error (under a timeout: no hang), no half checkpoint
 
 Usage: disk_full.py RRFP_MM SRC_DIR WORK_DIR MODE   (exit 0 = every check passed, 77 = no tmpfs to be had)"""
 import json
@@ -385,7 +386,7 @@ def train_cases(pp):
             "checkpoint.keep=0"]
     if pp:
         argv = ["timeout", "-s", "KILL", str(timeout), "mpirun", "--allow-run-as-root", "--oversubscribe", "-x",
-                "OMP_NUM_THREADS=1", "-np", "2"] + argv + ["--set", "parallel.pp=2"]
+                "OMP_NUM_THREADS=1", "-np", "2"] + argv + ["--set", "parallel.pp=2", "--set", "runtime.trace=true"]
     fs_reset(1 << 40)
     base = fs_used()
     rc, out, err = run(argv, timeout=timeout)
@@ -400,14 +401,19 @@ def train_cases(pp):
     ck = sum(pages.values())
     need_p = need // PAGE
     # the run folder's own files (locks, run.json, recipe.ini, metrics.jsonl) come first, rank-0.json last; the
-    # pages before a checkpoint: all but the two checkpoints and rank-R.json (one per rank)
-    pre = need_p - 2 * ck - ranks
+    # pages before a checkpoint: all but the two checkpoints, and the files of the run's end: trace-rankR.json
+    # (pp 2: runtime.trace), then rank-R.json (one page each)
+    traces = [os.path.join(run_dir, f) for f in os.listdir(run_dir) if f.startswith("trace-rank")]
+    tr = sum(-(-os.path.getsize(f) // PAGE) for f in traces)
+    pre = need_p - 2 * ck - ranks - tr
     tensors = sorted(f for f in pages if f.endswith(".safetensors"))   # model* before optimizer*
     if pp:
         # the second checkpoint fills the disk while the two ranks write their shards (each rank writes its model
         # shard, then its optimizer shard): in the first files, half-way, in the last ones, at state.json
         frees = [pre + ck + k * (ck - 1) // 4 for k in range(4)] + [pre + ck + ck - 1]
-        want = ["model.pp", "optimizer.pp", "state.json"]
+        # then the trace files at the run's end, half-way (a rank's trace, its rename)
+        frees += [pre + 2 * ck + tr // 2]
+        want = ["model.pp", "optimizer.pp", "state.json", "trace-rank"]
     else:
         m, o = pages[tensors[0]], pages[tensors[1]]
         # every page count up to the first metrics row (the run folder's files, one by one); each checkpoint's
