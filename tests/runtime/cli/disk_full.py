@@ -320,7 +320,7 @@ def checkpoints_whole(tag, root):
     return steps
 
 
-LANDED = []  # the first line saying ENOSPC of each train case: where the failure landed
+LANDED = []  # the lines saying ENOSPC of each train case: where the failure landed
 
 
 def train_case(tag, argv, run_dir, ref_rows, ref_tensors, steps, timeout, ranks):
@@ -329,7 +329,7 @@ def train_case(tag, argv, run_dir, ref_rows, ref_tensors, steps, timeout, ranks)
     if os.environ.get("RRFP_DISK_FULL_VERBOSE"):
         print(text)
     hit = [l for l in text.splitlines() if ENOSPC in l]
-    LANDED.append(hit[0] if hit else "")
+    LANDED.append("\n".join(hit))  # every such line: a pipeline's ranks each say where theirs failed
     note(rc != -999, "%s: a hang (killed after %d s)" % (tag, timeout))
     failed_check(tag, rc, text, FS)
     note(not temporaries(FS), "%s: temporaries left: %s" % (tag, temporaries(FS)[:4]))
