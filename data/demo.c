@@ -328,10 +328,12 @@ static int write_image(JpegCodec* jc, Rng* r, const Scene* sc, const char* dir, 
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");
     int ok = f && fwrite(jpg, 1, len, f) == len;
-    if (f && fclose(f) != 0) ok = 0;
+    int e = errno;
+    if (f && fclose(f) != 0) ok = 0, e = errno; /* a buffered write's error shows at fclose */
     free(jpg);
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+    if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) {
+        snprintf(err, err_len, "cannot write '%s': %s", path, strerror(e ? e : EIO));
         unlink(tmp);
         return -1;
     }
@@ -411,6 +413,7 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         snprintf(name_b, sizeof name_b, "%s_b.jpg", id);
         if (write_image(jc, r, &a, dir, name, err, err_len) || write_image(jc, r, &b, dir, name_b, err, err_len)) {
             *fail = 1;
+            cJSON_Delete(conv); /* not yet in rec: the caller frees rec */
             return rec;
         }
         cJSON* imgs = cJSON_CreateArray();
@@ -441,6 +444,7 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         snprintf(name, sizeof name, "%s.jpg", id);
         if (write_image(jc, r, &sc, dir, name, err, err_len)) {
             *fail = 1;
+            cJSON_Delete(conv); /* not yet in rec: the caller frees rec */
             return rec;
         }
         cJSON_AddStringToObject(rec, "image", name);
@@ -491,10 +495,21 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         snprintf(err, err_len, "--samples must be >= 1 and --heldout >= 0 (got %d, %d)", cfg->samples, cfg->heldout);
         return -1;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/images", cfg->out_dir);
-    if ((mkdir(cfg->out_dir, 0755) != 0 && errno != EEXIST) || (mkdir(path, 0755) != 0 && errno != EEXIST)) {
+    /* A new folder is built as OUT.tmp.PID and renamed when every file is written, so that a failure (a full
+     * disk) leaves no half data set under the name; an existing folder is written into, file by file. */
+    char path[4200], dir[4096];
+    struct stat sb;
+    int fresh = lstat(cfg->out_dir, &sb) != 0 && errno == ENOENT;
+    if (fresh) snprintf(dir, sizeof dir, "%s.tmp.%d", cfg->out_dir, (int)getpid());
+    else snprintf(dir, sizeof dir, "%s", cfg->out_dir);
+    if (fresh && mkdir(dir, 0755) != 0) {
+        snprintf(err, err_len, "cannot create '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/images", dir);
+    if ((!fresh && mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(path, 0755) != 0 && errno != EEXIST)) {
         snprintf(err, err_len, "cannot create '%s': %s", path, strerror(errno));
+        if (fresh) rr_remove_tree(dir);
         return -1;
     }
     types_init(cfg);
@@ -503,7 +518,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
     /* two independent streams, so the held-out split does not change with --samples */
     Rng rt = {cfg->seed * 0x9E3779B97F4A7C15ull + 1}, rh = {cfg->seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995ull};
     cJSON** train = callocCheck((size_t)cfg->samples, sizeof(cJSON*));
-    for (int i = 0; i < cfg->samples && !fail; i++) train[i] = train_record(jc, &rt, cfg->square, i, cfg->out_dir, err, err_len, &fail);
+    for (int i = 0; i < cfg->samples && !fail; i++) train[i] = train_record(jc, &rt, cfg->square, i, dir, err, err_len, &fail);
 
     int nh = cfg->heldout;
     cJSON** held = callocCheck((size_t)nh + 1, sizeof(cJSON*));
@@ -517,7 +532,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         do scene_random(&rh, cfg->square, &sc);
         /* every question type equally often */
         while (!question_random(&rh, &sc, cfg->square, (int)g_types[i % g_ntypes], &qa));
-        if (write_image(jc, &rh, &sc, cfg->out_dir, name, err, err_len)) {
+        if (write_image(jc, &rh, &sc, dir, name, err, err_len)) {
             fail = 1;
             break;
         }
@@ -543,19 +558,24 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
     }
     jpeg_codec_free(jc);
     if (!fail) {
-        snprintf(path, sizeof path, "%s/train.json", cfg->out_dir);
+        snprintf(path, sizeof path, "%s/train.json", dir);
         fail = write_records(path, train, cfg->samples, 0, err, err_len) != 0;
     }
     if (!fail) {
-        snprintf(path, sizeof path, "%s/heldout.json", cfg->out_dir);
+        snprintf(path, sizeof path, "%s/heldout.json", dir);
         fail = write_records(path, held, nh, 0, err, err_len) != 0;
     }
     if (!fail) {
-        snprintf(path, sizeof path, "%s/eval.jsonl", cfg->out_dir);
+        snprintf(path, sizeof path, "%s/eval.jsonl", dir);
         fail = write_records(path, eval, nh, 1, err, err_len) != 0;
     }
     for (int i = 0; i < cfg->samples; i++) cJSON_Delete(train[i]);
     for (int i = 0; i < nh; i++) cJSON_Delete(held[i]), cJSON_Delete(eval[i]);
     free(train), free(held), free(eval);
+    if (fresh && !fail && rename(dir, cfg->out_dir) != 0) {
+        snprintf(err, err_len, "cannot rename '%s' to '%s': %s", dir, cfg->out_dir, strerror(errno));
+        fail = 1;
+    }
+    if (fresh && fail) rr_remove_tree(dir);
     return fail ? -1 : 0;
 }

@@ -258,6 +258,7 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
     char final[4096];
     snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)step);
     struct stat sb;
+    char ours_old[4200] = ""; /* this run's own checkpoint of the step, moved aside until the new one is in place */
     if (lstat(final, &sb) == 0) {
         /* a re-run after resume replaces this run's own checkpoint of the step; anything else there (no
          * state.json, another run's) was not written by this run: moved aside and named, never deleted */
@@ -266,7 +267,7 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
                    (!id[0] || !st->run_id[0] || !strcmp(id, st->run_id));
         if (ours) {
             snprintf(old, sizeof old, "%s/.old.%d", root, (int)getpid());
-            if (rename(final, old) == 0) ck_rm_rf(old);
+            if (rename(final, old) == 0) snprintf(ours_old, sizeof ours_old, "%s", old);
         } else {
             char sp[4200];
             snprintf(sp, sizeof sp, "%s/state.json", final);
@@ -285,8 +286,10 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
     }
     if (rename(tmp, final) != 0) {
         rr_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+        if (ours_old[0]) rename(ours_old, final); /* the complete one it was to replace stays */
         return -1;
     }
+    if (ours_old[0]) ck_rm_rf(ours_old);
     rr_fsync_dir(root);
     if (out_dir) snprintf(out_dir, out_len, "%s", final);
     return 0;

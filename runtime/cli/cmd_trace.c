@@ -7,6 +7,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/util.h"
 #include "runtime/cli/args.h"
@@ -349,9 +350,12 @@ static int durations_dir_check(const char* dir, const StepFile* sf, int n, const
     return rc;
 }
 
-/* Write DIR/step-NNNNNN.json for every step (each atomically), creating DIR (one level, 0755). 0 or 1. */
+/* Write DIR/step-NNNNNN.json for every step (each atomically), creating DIR (one level, 0755). 0 or 1. A failed
+ * write (a full disk) into a DIR this call created removes the step files written before it and DIR: no partial
+ * set of step files is left under the name. */
 static int durations_dir_write(const char* dir, const StepFile* sf, int n, int P, int outside) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    int created = mkdir(dir, 0755) == 0;
+    if (!created && errno != EEXIST) {
         fprintf(stderr, "rrfp-mm: error: --durations-dir: cannot create directory '%s': %s%s\n", dir, strerror(errno),
                 errno == ENOENT ? " (its parent must exist: one level is created)" : "");
         return 1;
@@ -365,8 +369,17 @@ static int durations_dir_write(const char* dir, const StepFile* sf, int n, int P
     for (int i = 0; i < n; i++) {
         char* p = step_path(dir, sf[i].step);
         if (rr_write_file_atomic(p, sf[i].text, strlen(sf[i].text)) != 0) {
-            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (%d of %d step files written)\n", p, strerror(errno),
-                    i, n);
+            int e = errno;
+            if (created) { /* this call's folder: what it wrote goes with it */
+                for (int k = 0; k < i; k++) {
+                    char* q = step_path(dir, sf[k].step);
+                    unlink(q);
+                    free(q);
+                }
+                rmdir(dir);
+            }
+            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (%d of %d step files written%s)\n", p, strerror(e),
+                    i, n, created ? "; removed with the folder this command created" : "");
             free(p);
             return 1;
         }

@@ -1,6 +1,8 @@
 /* main.c — the rrfp-mm executable: dispatches to subcommands (see cli.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "runtime/cli/args.h"
@@ -30,6 +32,23 @@ static void usage(FILE* f) {
     fprintf(f, "\nRun 'rrfp-mm <command> --help' for a command's options.\n");
 }
 
+/* What a command prints on standard output is its result (tensors ls, tokenizer encode, sim --json, ...): when it
+ * cannot all be written (a redirection onto a full disk), the command fails naming it, instead of exiting 0 with
+ * a cut file (docs/reliability.md "Nothing lost on write errors"). A command that failed already keeps its status. */
+static int stdout_check(int rc) {
+    errno = 0;
+    int bad = fflush(stdout) != 0;
+    int e = errno;
+    bad |= ferror(stdout) != 0;
+    if (!bad || rc != 0) return rc;
+    char where[4200] = "";
+    ssize_t n = readlink("/proc/self/fd/1", where, sizeof where - 1);
+    where[n > 0 ? n : 0] = 0;
+    fprintf(stderr, "rrfp-mm: error: cannot write standard output%s%s%s: %s\n", n > 0 ? " ('" : "", where,
+            n > 0 ? "')" : "", strerror(e ? e : EIO));
+    return 1;
+}
+
 int main(int argc, char** argv) {
     if (argc < 2) {
         usage(stderr);
@@ -37,11 +56,11 @@ int main(int argc, char** argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return stdout_check(0);
     }
-    if (!strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--version")) return stdout_check(cmd_version(argc - 1, argv + 1));
     for (int i = 0; i < n_commands; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) return stdout_check(commands[i].fn(argc - 1, argv + 1));
     const char* names[sizeof(commands) / sizeof(commands[0])];
     for (int i = 0; i < n_commands; i++) names[i] = commands[i].name;
     const char* near = cli_nearest(argv[1], names, n_commands);

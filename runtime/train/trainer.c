@@ -1199,12 +1199,25 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             break;
         }
         if ((ck || stopping) && trainer_checkpoint(t, err, err_len) != 0) {
-            if (stopping == 2 && t->metrics.error[0]) {
-                char ck_err[1024];
-                snprintf(ck_err, sizeof ck_err, "%s", err);
-                snprintf(err, err_len, "%s; the checkpoint of step %lld could not be written either: %s",
-                         t->metrics.error, (long long)t->step, ck_err);
-            }
+            /* A checkpoint that cannot be written (a full disk) stops the run at this step end: training on
+             * for hours with nothing saved would lose them at the next failure. Nothing of the failed one is
+             * kept (its temporary folder is removed), the checkpoints before it are untouched, and the error
+             * says which one a resume starts from (docs/reliability.md "Nothing lost on write errors"). */
+            char ck_err[1024], prev[RECIPE_STR + 64] = "", e2[256];
+            snprintf(ck_err, sizeof ck_err, "%s", err);
+            if (t->ex->log_rank && rundir_latest(t->run_dir, t->ckpt_root, prev, sizeof prev, e2, sizeof e2) != 0)
+                prev[0] = 0;
+            char then[RECIPE_STR + 160];
+            if (!t->ex->log_rank) snprintf(then, sizeof then, "the log rank names the last complete checkpoint");
+            else if (prev[0]) snprintf(then, sizeof then, "the last complete checkpoint is %s (resume with --resume "
+                                       "latest once there is room)", prev);
+            else snprintf(then, sizeof then, "no checkpoint of this run was written before it");
+            if (stopping == 2 && t->metrics.error[0])
+                snprintf(err, err_len, "%s; the checkpoint of step %lld could not be written either: %s; %s",
+                         t->metrics.error, (long long)t->step, ck_err, then);
+            else
+                snprintf(err, err_len, "the checkpoint of step %lld could not be written: %s; stopped after step "
+                         "%lld; %s", (long long)t->step, ck_err, (long long)t->step, then);
             rc = -1;
             break;
         }

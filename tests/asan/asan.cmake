@@ -41,6 +41,7 @@ set(RRFP_ASAN_TESTS
     write_errors_full write_errors_trace write_errors_metrics_mpi stale_zombie outputs_guard_generate
     outputs_guard_resume outputs_guard_images outputs_guard_eval outputs_guard_report outputs_guard_export
     outputs_guard_pack outputs_guard_tokenizer outputs_guard_trace train_guard_ckptlock train_rundir_incomplete
+    disk_full_commands disk_full_train
     # pipeline parallel, 2 ranks
     transport_np2 transport_lost_peer train_signal_mpi
     # what differs when CUDA is not compiled in (this build is the CPU-only build): the CUDA backend's
@@ -66,7 +67,7 @@ set(RRFP_ASAN_MPI_TESTS
     train_rundir_incomplete train_eval_packing train_freeze_bad_key write_errors_metrics write_errors_log
     write_errors_torn write_errors_full stale_zombie outputs_guard_generate outputs_guard_resume outputs_guard_images
     outputs_guard_eval outputs_guard_report outputs_guard_export outputs_guard_pack outputs_guard_trace hostile_shapes
-    cli_first_mistakes)
+    cli_first_mistakes disk_full_commands disk_full_train)
 foreach(t ${RRFP_ASAN_TESTS})
   if(NOT TEST ${t})
     message(FATAL_ERROR "tests/asan/asan.cmake: no test named '${t}' (renamed? update RRFP_ASAN_TESTS)")

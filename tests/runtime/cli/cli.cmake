@@ -29,6 +29,15 @@ rrfp_cli_py_test(hostile_inputs tests/runtime/cli/hostile_inputs.py base)
 # (RLIMIT_FSIZE). ~1100 checks, ~20 s (3 s of CPU); a hang (a FIFO opened blocking) is killed after 30 s and fails.
 rrfp_cli_py_test(hostile_shapes tests/runtime/cli/hostile_shapes.py all)
 set_tests_properties(hostile_shapes PROPERTIES TIMEOUT 300)
+# A full disk (ENOSPC) under every command that writes, at several fill levels and with no inode left: a tmpfs in a
+# private mount namespace (root; else skipped, 77). Exit 1 naming the path and the disk, no partial output or
+# temporary, inputs unchanged; train: no half checkpoint, the last one resumes bit for bit once space is freed;
+# pp 2: both ranks stop (docs/reliability.md "Nothing lost on write errors"). ~5 s, ~10 s, ~10 s.
+rrfp_cli_py_test(disk_full_commands tests/runtime/cli/disk_full.py commands)
+rrfp_cli_py_test(disk_full_train tests/runtime/cli/disk_full.py train)
+rrfp_cli_py_test(disk_full_pp tests/runtime/cli/disk_full.py pp)
+set_tests_properties(disk_full_commands disk_full_train disk_full_pp PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(disk_full_pp PROPERTIES LABELS mpi)
 set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
 # the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
 # under that layout and in one process (~12 s)
