@@ -405,40 +405,6 @@ static inline uint64_t xxh_merge(uint64_t h, uint64_t v) {
     return h * XXH_P1 + XXH_P4;
 }
 
-uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed) {
-    const unsigned char* p = data;
-    const unsigned char* end = p + n;
-    uint64_t h;
-    if (n >= 32) {
-        uint64_t v1 = seed + XXH_P1 + XXH_P2, v2 = seed + XXH_P2, v3 = seed, v4 = seed - XXH_P1;
-        for (; p + 32 <= end; p += 32) {
-            v1 = xxh_round(v1, xxh_read64(p));
-            v2 = xxh_round(v2, xxh_read64(p + 8));
-            v3 = xxh_round(v3, xxh_read64(p + 16));
-            v4 = xxh_round(v4, xxh_read64(p + 24));
-        }
-        h = xxh_rotl(v1, 1) + xxh_rotl(v2, 7) + xxh_rotl(v3, 12) + xxh_rotl(v4, 18);
-        h = xxh_merge(h, v1), h = xxh_merge(h, v2), h = xxh_merge(h, v3), h = xxh_merge(h, v4);
-    } else {
-        h = seed + XXH_P5;
-    }
-    h += (uint64_t)n;
-    for (; p + 8 <= end; p += 8) h = xxh_rotl(h ^ xxh_round(0, xxh_read64(p)), 27) * XXH_P1 + XXH_P4;
-    if (p + 4 <= end) {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        h = xxh_rotl(h ^ (uint64_t)v * XXH_P1, 23) * XXH_P2 + XXH_P3;
-        p += 4;
-    }
-    for (; p < end; p++) h = xxh_rotl(h ^ *p * XXH_P5, 11) * XXH_P1;
-    h ^= h >> 33;
-    h *= XXH_P2;
-    h ^= h >> 29;
-    h *= XXH_P3;
-    h ^= h >> 32;
-    return h;
-}
-
 void rr_xxh64_init(RrXxh64* s, uint64_t seed) {
     memset(s, 0, sizeof *s);
     s->seed = seed;
@@ -490,6 +456,13 @@ uint64_t rr_xxh64_digest(const RrXxh64* s) {
     h *= XXH_P3;
     h ^= h >> 32;
     return h;
+}
+
+uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed) {
+    RrXxh64 s;
+    rr_xxh64_init(&s, seed);
+    rr_xxh64_update(&s, data, n);
+    return rr_xxh64_digest(&s);
 }
 
 /* ---- shared objects beside the executable ------------------------------------------------------------ */
