@@ -169,19 +169,28 @@ int st_writer_write(const StWriter* w, const char* path, char* err, size_t err_l
     if (!js) rr_die("out of memory printing a safetensors header for %s", path);
     size_t jl = strlen(js);
     size_t hl = (jl + 7) & ~(size_t)7; /* data buffer starts 8-byte aligned; pad with spaces */
-    size_t total = 8 + hl + off;
-    char* buf = mallocCheck(total);
-    for (int b = 0; b < 8; b++) buf[b] = (char)((uint64_t)hl >> (8 * b) & 0xff);
-    memcpy(buf + 8, js, jl);
-    memset(buf + 8 + jl, ' ', hl - jl);
+    /* the header, then each tensor's bytes from where the caller holds them: no copy of the file is made,
+     * so writing a model costs the memory of its header, not of the model (docs/engine.md "Peak memory of the
+     * whole-model commands") */
+    char* head = mallocCheck(8 + hl);
+    for (int b = 0; b < 8; b++) head[b] = (char)((uint64_t)hl >> (8 * b) & 0xff);
+    memcpy(head + 8, js, jl);
+    memset(head + 8 + jl, ' ', hl - jl);
     free(js);
-    char* p = buf + 8 + hl;
+    const void** parts = mallocCheck(((size_t)w->n + 1) * sizeof(void*));
+    size_t* sizes = mallocCheck(((size_t)w->n + 1) * sizeof(size_t));
+    parts[0] = head;
+    sizes[0] = 8 + hl;
     for (int i = 0; i < w->n; i++) {
-        if (w->t[i].nbytes) memcpy(p, w->t[i].data, w->t[i].nbytes);
-        p += w->t[i].nbytes;
+        parts[i + 1] = w->t[i].data;
+        sizes[i + 1] = w->t[i].nbytes;
     }
-    int rc = rr_write_file_atomic(path, buf, total);
-    free(buf);
+    int rc = rr_write_file_atomic_parts(path, parts, sizes, w->n + 1);
+    int e = errno;
+    free(parts);
+    free(sizes);
+    free(head);
+    errno = e;
     if (rc != 0) {
         rr_fail(err, err_len, "cannot write safetensors file '%s': %s", path, strerror(errno));
         return -1;

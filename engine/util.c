@@ -122,6 +122,10 @@ void rr_fsync_dir(const char* dir) {
 }
 
 int rr_write_file_atomic(const char* path, const void* data, size_t size) {
+    return rr_write_file_atomic_parts(path, &data, &size, 1);
+}
+
+int rr_write_file_atomic_parts(const char* path, const void* const* data, const size_t* size, int nparts) {
     size_t n = strlen(path) + 32;
     char* tmp = mallocCheck(n);
     snprintf(tmp, n, "%s.tmp.%d", path, (int)getpid());
@@ -130,21 +134,23 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
         free(tmp);
         return -1;
     }
-    const char* p = data;
-    size_t left = size;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            free(tmp);
-            errno = e;
-            return -1;
+    for (int i = 0; i < nparts; i++) {
+        const char* p = data[i];
+        size_t left = size[i];
+        while (left > 0) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                int e = errno;
+                close(fd);
+                unlink(tmp);
+                free(tmp);
+                errno = e;
+                return -1;
+            }
+            p += w;
+            left -= (size_t)w;
         }
-        p += w;
-        left -= (size_t)w;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         int e = errno;
