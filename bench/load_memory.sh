@@ -7,6 +7,7 @@
 # Usage: bench/load_memory.sh [BUILD_DIR] [WORKDIR]
 set -euo pipefail
 B=${1:-build-cpu}/rrfp-mm W=${2:-/tmp/rrfp-load-memory}
+B_ABS=$(realpath "$B")
 R=recipes/test-synthetic.ini
 rm -rf "$W"; mkdir -p "$W"
 S=(--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16
@@ -27,13 +28,23 @@ K[resume]=$(peak resume "$B" train $R "${S[@]}" --set train.checkpoint_every=-1 
 K[eval]=$(peak eval "$B" eval $R "${S[@]}" --checkpoint "$CK" --samples 1)
 K[export_hf]=$(peak export_hf "$B" export hf --checkpoint "$CK" --out "$W/hf" --image-token-id 1)
 K[import_llava]=$(peak import_llava "$B" import llava --hf "$W/hf" --out "$W/back")
+# generate needs a tokenizer: the same model trained one step on demo-data's records, packed
+( cd "$W" && "$B_ABS" demo-data --out d --samples 16 --heldout 4 >/dev/null && "$B_ABS" tokenizer train --vocab 300 \
+    --manifest d/train.json --out tok.json --quiet && "$B_ABS" pack --manifest d/train.json --images d/images \
+    --tokenizer tok.json --out shards >/dev/null 2>&1 ) || { echo "FAIL: demo data"; exit 1; }
+G=("${S[@]}" --set data.shards="$W/shards" --set data.tokenizer="$W/tok.json" --set data.microbatch_tokens=512
+   --set data.min_patches=4 --set train.steps=1)
+"$B" train recipes/llava.ini "${G[@]}" --set train.run_dir="$W/gen" >"$W/gen_train.log" 2>&1 || { cat "$W/gen_train.log"; exit 1; }
+IMG=$(ls "$W"/d/images | head -1)
+K[generate]=$(peak generate "$B" generate recipes/llava.ini "${G[@]}" --set train.run_dir="$W/gen" --checkpoint latest \
+  --image "$W/d/images/$IMG" --prompt "What colour is it?" --max-new-tokens 8)
 MODEL=$(stat -c %s "$CK/model.safetensors")
 OPT=$(stat -c %s "$CK/optimizer.safetensors")
 HF=$(du -cb "$W"/hf/*.safetensors | tail -1 | cut -f1)
 LARGEST=$(ls -S "$W"/hf/*.safetensors | head -1 | xargs stat -c %s)
 echo "model.safetensors $((MODEL >> 20)) MiB, optimizer.safetensors $((OPT >> 20)) MiB, hf shards $((HF >> 20)) MiB (largest $((LARGEST >> 20)) MiB)"
 printf "%-14s %10s %8s\n" command "peak MiB" "/ model"
-for c in train_nosave train_save resume eval export_hf import_llava; do
+for c in train_nosave train_save resume eval generate export_hf import_llava; do
   kib=${K[$c]}
   printf "%-14s %10d %8.2f\n" "$c" $((kib >> 10)) "$(echo "scale=4; $kib * 1024 / $MODEL" | bc)"
 done
