@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # load_memory.sh — peak host memory (maxrss, /usr/bin/time) of each command that reads or writes a whole
-# model: a checkpoint save (train, two steps and a checkpoint after each, against the same run without a checkpoint), --resume, eval,
-# generate, export hf and import llava, on a synthetic CLIP-tower LLaVA wide enough to see a copy of the model
-# (docs/engine.md "Peak memory of the whole-model commands"). Prints each command's peak in MiB and its ratio to
-# the model's F32 bytes.
+# model: a checkpoint save (train, two steps and a checkpoint after each, against the same run without a
+# checkpoint), --resume, eval, generate, export hf (of the run, and merged from a LoRA run started from it) and
+# import llava, on a synthetic CLIP-tower LLaVA wide enough to see a copy of the model (docs/engine.md "Peak
+# memory of the whole-model commands"). Prints each command's peak in MiB and its ratio to the model file's size.
 # Usage: bench/load_memory.sh [BUILD_DIR] [WORKDIR]
 set -euo pipefail
 B=${1:-build-cpu}/rrfp-mm W=${2:-/tmp/rrfp-load-memory}
@@ -28,6 +28,9 @@ K[resume]=$(peak resume "$B" train $R "${S[@]}" --set train.checkpoint_every=-1 
 K[eval]=$(peak eval "$B" eval $R "${S[@]}" --checkpoint "$CK" --samples 1)
 K[export_hf]=$(peak export_hf "$B" export hf --checkpoint "$CK" --out "$W/hf" --image-token-id 1)
 K[import_llava]=$(peak import_llava "$B" import llava --hf "$W/hf" --out "$W/back")
+"$B" train $R "${S[@]}" --set train.steps=1 --set lora.r=4 --set lora.alpha=8 --set train.init_from="$CK" \
+  --set train.run_dir="$W/lora" >"$W/lora_train.log" 2>&1 || { cat "$W/lora_train.log"; exit 1; }
+K[export_lora]=$(peak export_lora "$B" export hf --checkpoint "$W/lora/checkpoints/step-00000001" --out "$W/merged" --image-token-id 1)
 # generate needs a tokenizer: the same model trained one step on demo-data's records, packed
 ( cd "$W" && "$B_ABS" demo-data --out d --samples 16 --heldout 4 >/dev/null && "$B_ABS" tokenizer train --vocab 300 \
     --manifest d/train.json --out tok.json --quiet && "$B_ABS" pack --manifest d/train.json --images d/images \
@@ -44,7 +47,7 @@ HF=$(du -cb "$W"/hf/*.safetensors | tail -1 | cut -f1)
 LARGEST=$(ls -S "$W"/hf/*.safetensors | head -1 | xargs stat -c %s)
 echo "model.safetensors $((MODEL >> 20)) MiB, optimizer.safetensors $((OPT >> 20)) MiB, hf shards $((HF >> 20)) MiB (largest $((LARGEST >> 20)) MiB)"
 printf "%-14s %10s %8s\n" command "peak MiB" "/ model"
-for c in train_nosave train_save resume eval generate export_hf import_llava; do
+for c in train_nosave train_save resume eval generate export_hf export_lora import_llava; do
   kib=${K[$c]}
   printf "%-14s %10d %8.2f\n" "$c" $((kib >> 10)) "$(echo "scale=4; $kib * 1024 / $MODEL" | bc)"
 done
