@@ -73,13 +73,11 @@ static float* ex_merged(const ModelConfig* c, const ParamTable* pt, const ExTens
     return export_lora_merged_part(c, pt, t->data, t->shape[0], t->shape[1], t->ours);
 }
 
-/* t is LoRA-adapted (merged once here to know): merged again as its shard is written, so the merged linears are
- * never all held at once (docs/engine.md "Peak memory of the whole-model commands"). */
+/* t LoRA-adapted (an adapter for `ours`): merged as its shard is written, so the merged linears are never all
+ * held at once (docs/engine.md "Peak memory of the whole-model commands"). */
 static void ex_lora(ExTensor* t, const ModelConfig* c, const ParamTable* pt, const char* ours, int merge) {
     snprintf(t->ours, sizeof t->ours, "%s", ours);
-    float* merged = ex_merged(c, pt, t, merge);
-    if (merged) t->merge = merge;
-    free(merged);
+    if (export_lora_adapted(c, pt, ours, merge == 2)) t->merge = merge;
 }
 
 typedef struct {
