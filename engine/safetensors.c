@@ -80,6 +80,8 @@ typedef struct {
     int64_t shape[ST_MAX_DIMS];
     size_t nbytes;
     const void* data;
+    StFill fill; /* st_writer_defer: the bytes made at write time */
+    void* fill_ctx;
 } StWEntry;
 
 struct StWriter {
@@ -129,6 +131,17 @@ void st_writer_add_i32(StWriter* w, const char* name, const int32_t* data, int n
     st_writer_add(w, name, DTYPE_I32, ndim, s, data);
 }
 
+void st_writer_defer(StWriter* w, const char* name, StFill fill, void* ctx) {
+    for (int i = 0; i < w->n; i++)
+        if (!strcmp(w->t[i].name, name)) {
+            w->t[i].data = NULL;
+            w->t[i].fill = fill;
+            w->t[i].fill_ctx = ctx;
+            return;
+        }
+    RR_ASSERT(!"st_writer_defer: a tensor not added");
+}
+
 void st_writer_meta(StWriter* w, const char* key, const char* value) {
     for (int i = 0; i < w->nm; i++)
         if (!strcmp(w->mk[i], key)) {
@@ -144,6 +157,36 @@ void st_writer_meta(StWriter* w, const char* key, const char* value) {
     w->mk[w->nm] = st_strdup(key);
     w->mv[w->nm] = st_strdup(value);
     w->nm++;
+}
+
+/* The parts of a file st_writer_write writes: the header, then each tensor, from where its caller holds it or
+ * made into buf (st_writer_defer). */
+typedef struct {
+    const StWriter* w;
+    const char* head;
+    size_t head_len;
+    char* buf;
+    size_t cap;
+    char* err;
+    size_t err_len;
+    int failed; /* a fill failed: its message is in err */
+} StWPart;
+
+static const void* st_writer_part(void* ctx, int i, size_t* size) {
+    StWPart* p = ctx;
+    if (i == 0) {
+        *size = p->head_len;
+        return p->head;
+    }
+    const StWEntry* e = &p->w->t[i - 1];
+    *size = e->nbytes;
+    if (!e->fill) return e->nbytes ? e->data : p->head;
+    if (e->fill(e->fill_ctx, p->buf, p->err, p->err_len) != 0) {
+        p->failed = 1;
+        errno = EIO;
+        return NULL;
+    }
+    return e->nbytes ? p->buf : p->head;
 }
 
 int st_writer_write(const StWriter* w, const char* path, char* err, size_t err_len) {
@@ -169,19 +212,24 @@ int st_writer_write(const StWriter* w, const char* path, char* err, size_t err_l
     if (!js) rr_die("out of memory printing a safetensors header for %s", path);
     size_t jl = strlen(js);
     size_t hl = (jl + 7) & ~(size_t)7; /* data buffer starts 8-byte aligned; pad with spaces */
-    size_t total = 8 + hl + off;
-    char* buf = mallocCheck(total);
-    for (int b = 0; b < 8; b++) buf[b] = (char)((uint64_t)hl >> (8 * b) & 0xff);
-    memcpy(buf + 8, js, jl);
-    memset(buf + 8 + jl, ' ', hl - jl);
+    /* the header, then each tensor's bytes from where the caller holds them (a deferred one made into one
+     * buffer of the largest's size): no copy of the file is made, so writing a model costs the memory of its
+     * header and one tensor, not of the model (docs/engine.md "Peak memory of the whole-model commands") */
+    char* head = mallocCheck(8 + hl);
+    for (int b = 0; b < 8; b++) head[b] = (char)((uint64_t)hl >> (8 * b) & 0xff);
+    memcpy(head + 8, js, jl);
+    memset(head + 8 + jl, ' ', hl - jl);
     free(js);
-    char* p = buf + 8 + hl;
-    for (int i = 0; i < w->n; i++) {
-        if (w->t[i].nbytes) memcpy(p, w->t[i].data, w->t[i].nbytes);
-        p += w->t[i].nbytes;
-    }
-    int rc = rr_write_file_atomic(path, buf, total);
-    free(buf);
+    StWPart wp = {w, head, 8 + hl, NULL, 0, err, err_len, 0};
+    for (int i = 0; i < w->n; i++)
+        if (w->t[i].fill && w->t[i].nbytes > wp.cap) wp.cap = w->t[i].nbytes;
+    if (wp.cap) wp.buf = mallocCheck(wp.cap);
+    int rc = rr_write_file_atomic_parts(path, w->n + 1, st_writer_part, &wp);
+    int e = errno;
+    free(wp.buf);
+    free(head);
+    if (rc != 0 && wp.failed) return -1; /* a deferred tensor's message */
+    errno = e;
     if (rc != 0) {
         rr_fail(err, err_len, "cannot write safetensors file '%s': %s", path, strerror(errno));
         return -1;

@@ -45,6 +45,13 @@ void st_writer_add_f32(StWriter* w, const char* name, const float* data, int ndi
                        int64_t d3);
 void st_writer_add_i32(StWriter* w, const char* name, const int32_t* data, int ndim, int64_t d0, int64_t d1,
                        int64_t d2, int64_t d3);
+/* Tensor `name` (added) is not held by the caller until st_writer_write: its bytes are made when the file is
+ * written, fill(ctx, buf, err, err_len) writing its numel * dtype_size bytes into buf (a buffer of the writer's,
+ * one tensor's size, reused), returning 0, or -1 with a message (the write fails with it, nothing written). An
+ * import writes a shard holding one converted tensor at a time so (docs/engine.md "Peak memory of the
+ * whole-model commands"). */
+typedef int (*StFill)(void* ctx, void* buf, char* err, size_t err_len);
+void st_writer_defer(StWriter* w, const char* name, StFill fill, void* ctx);
 /* A __metadata__ entry (both strings copied). */
 void st_writer_meta(StWriter* w, const char* key, const char* value);
 /* Write the file atomically (temporary name, fsync, rename). Returns 0, or -1 with a message in err. */

@@ -121,7 +121,24 @@ void rr_fsync_dir(const char* dir) {
     }
 }
 
+typedef struct {
+    const void* data;
+    size_t size;
+} RrOnePart;
+
+static const void* rr_one_part(void* ctx, int i, size_t* size) {
+    (void)i;
+    const RrOnePart* o = ctx;
+    *size = o->size;
+    return o->data;
+}
+
 int rr_write_file_atomic(const char* path, const void* data, size_t size) {
+    RrOnePart o = {data, size};
+    return rr_write_file_atomic_parts(path, 1, rr_one_part, &o);
+}
+
+int rr_write_file_atomic_parts(const char* path, int nparts, RrPartFn part, void* ctx) {
     size_t n = strlen(path) + 32;
     char* tmp = mallocCheck(n);
     snprintf(tmp, n, "%s.tmp.%d", path, (int)getpid());
@@ -130,12 +147,20 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
         free(tmp);
         return -1;
     }
-    const char* p = data;
-    size_t left = size;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
+    for (int i = 0; i < nparts; i++) {
+        size_t left = 0;
+        const char* p = part(ctx, i, &left); /* NULL: the part failed (errno set) */
+        while (p && left > 0) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) {
+                p = NULL;
+                break;
+            }
+            p += w;
+            left -= (size_t)w;
+        }
+        if (!p) {
             int e = errno;
             close(fd);
             unlink(tmp);
@@ -143,8 +168,6 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
             errno = e;
             return -1;
         }
-        p += w;
-        left -= (size_t)w;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         int e = errno;

@@ -59,6 +59,12 @@ void rr_fsync_dir(const char* dir);
  * directory. Returns 0 on success; on failure returns -1, sets errno, and leaves no file at `path`
  * changed and no temporary behind. */
 int rr_write_file_atomic(const char* path, const void* data, size_t size);
+/* The same for a file made of `n` parts written back to back, with no copy of the whole: part(ctx, i, &size)
+ * gives part i's bytes (valid until the next call; a safetensors file is written from its tensors where they
+ * lie, or one at a time: engine/safetensors.c). A part that returns NULL (errno set) fails the write as a
+ * failed write(2) does. */
+typedef const void* (*RrPartFn)(void* ctx, int i, size_t* size);
+int rr_write_file_atomic_parts(const char* path, int n, RrPartFn part, void* ctx);
 
 /* Size caps of whole-file reads: a file is read whole only up to the cap of its kind, so a crafted
  * or mistaken path (/dev/zero, a FIFO, a 40 GB file named as a recipe) is refused with a message, not

@@ -29,7 +29,9 @@
 #include "runtime/train/recipe.h"
 #include "text/tokenizer.h"
 
-/* One tensor to write: its HF name, shape and values (pointing into the table, or owned). */
+/* One tensor to write: its HF name, shape and values (pointing into the table, or owned). A LoRA-adapted linear
+ * (merge = 1: export_lora_merged of `ours`; 2: export_lora_merged_part of base rows `data`, adapter prefix `ours`)
+ * is merged when its shard is written, into the writer's buffer (ex_fill), not held with the others. */
 typedef struct {
     char name[160];
     int ndim;
@@ -38,6 +40,8 @@ typedef struct {
     float* owned;
     size_t bytes;
     int file;
+    int merge;
+    char ours[160];
 } ExTensor;
 
 typedef struct {
@@ -61,6 +65,35 @@ static ExTensor* ex_add(ExList* l, const char* name, const float* data, int ndim
     t->data = data;
     t->bytes = numel * sizeof(float);
     return t;
+}
+
+/* t's merged values, W + (alpha / r) B A, in a new buffer (lora_hf.h); NULL when its tensor has no adapter. */
+static float* ex_merged(const ModelConfig* c, const ParamTable* pt, const ExTensor* t, int merge) {
+    if (merge == 1) return export_lora_merged(c, pt, t->ours);
+    return export_lora_merged_part(c, pt, t->data, t->shape[0], t->shape[1], t->ours);
+}
+
+/* t LoRA-adapted (an adapter for `ours`): merged as its shard is written, so the merged linears are never all
+ * held at once (docs/engine.md "Peak memory of the whole-model commands"). */
+static void ex_lora(ExTensor* t, const ModelConfig* c, const ParamTable* pt, const char* ours, int merge) {
+    snprintf(t->ours, sizeof t->ours, "%s", ours);
+    if (export_lora_adapted(c, pt, ours, merge == 2)) t->merge = merge;
+}
+
+typedef struct {
+    const ModelConfig* c;
+    const ParamTable* pt;
+    const ExTensor* t;
+} ExFill;
+
+static int ex_fill(void* ctx, void* buf, char* err, size_t err_len) {
+    (void)err, (void)err_len;
+    const ExFill* f = ctx;
+    float* merged = ex_merged(f->c, f->pt, f->t, f->t->merge);
+    RR_ASSERT(merged && "export: an adapter found when the list was made");
+    memcpy(buf, merged, f->t->bytes);
+    free(merged);
+    return 0;
 }
 
 static const float* ex_get(const ParamTable* pt, const char* name) {
@@ -103,8 +136,7 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
                 ex_add(l, hf, ex_get(pt, ours), 1, rows, 0, 0, 0);
             } else {
                 ExTensor* t = ex_add(l, hf, ex_get(pt, ours), 2, rows, m[k].cols4 ? 4 * D : D, 0, 0);
-                float* merged = export_lora_merged(c, pt, ours); /* the tower's LoRA: W + (alpha / r) B A */
-                if (merged) t->owned = merged, t->data = merged;
+                ex_lora(t, c, pt, ours, 1); /* the tower's LoRA: W + (alpha / r) B A */
             }
         }
         /* the fused [q | k | v] rows back to three projections */
@@ -117,8 +149,7 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
             snprintf(hf, sizeof hf, "%sencoder.layers.%d.self_attn.%s.weight", V, b, part[k]);
             ExTensor* t = ex_add(l, hf, qw + (size_t)k * D * D, 2, D, D, 0, 0);
             snprintf(ours, sizeof ours, "vision.blocks.%d.attn.%c", b, "qkv"[k]); /* its adapter, if any */
-            float* merged = export_lora_merged_part(c, pt, qw + (size_t)k * D * D, D, D, ours);
-            if (merged) t->owned = merged, t->data = merged;
+            ex_lora(t, c, pt, ours, 2);
             snprintf(hf, sizeof hf, "%sencoder.layers.%d.self_attn.%s.bias", V, b, part[k]);
             ex_add(l, hf, qb + (size_t)k * D, 1, D, 0, 0, 0);
         }
@@ -140,8 +171,7 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     for (int i = 0; i < n; i++) {
         snprintf(hf, sizeof hf, "language_model.%s", names[i].hf);
         ExTensor* t = ex_add(l, hf, ex_get(pt, names[i].ours), names[i].ndim, names[i].shape[0], names[i].shape[1], 0, 0);
-        float* merged = export_lora_merged(c, pt, names[i].ours); /* LoRA: W + (alpha / r) B A (lora_hf.h) */
-        if (merged) t->owned = merged, t->data = merged;
+        ex_lora(t, c, pt, names[i].ours, 1); /* LoRA: W + (alpha / r) B A (lora_hf.h) */
     }
     free(names);
 }
@@ -238,11 +268,17 @@ static int ex_image_token(const char* tokenizer, char* err, size_t err_len) {
 
 /* --add-image-token: tensor `name` of l (V rows of D) grown to Vout rows, the new ones the mean of the V trained
  * rows (summed in double, in row order). Absent (a tied lm_head): nothing. */
-static void ex_grow_rows(ExList* l, const char* name, int64_t V, int64_t Vout) {
+static void ex_grow_rows(ExList* l, const ModelConfig* c, const ParamTable* pt, const char* name, int64_t V,
+                         int64_t Vout) {
     for (int i = 0; i < l->n; i++) {
         ExTensor* t = &l->v[i];
         if (strcmp(t->name, name)) continue;
         RR_ASSERT(t->ndim == 2 && t->shape[0] == V);
+        if (t->merge) { /* an adapted embedding or head: its merged rows, grown */
+            t->owned = ex_merged(c, pt, t, t->merge);
+            t->data = t->owned;
+            t->merge = 0;
+        }
         int64_t D = t->shape[1];
         float* g = mallocCheck((size_t)Vout * (size_t)D * sizeof(float));
         memcpy(g, t->data, (size_t)V * (size_t)D * sizeof(float));
@@ -400,6 +436,9 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         params_free(&pt);
         return -1;
     }
+    /* read and written, never trained: every tensor frozen, so params_alloc makes no gradient buffer (a copy of
+     * the model's size, zeroed; docs/engine.md "Peak memory of the whole-model commands") */
+    for (int i = 0; i < pt.n; i++) pt.specs[i].frozen = 1;
     params_alloc(&pt, &backend_cpu, mc.seed);
     /* train.init_from's loader: a trained checkpoint of any layout or an import (which a resume refuses);
      * every value checked finite and against its checksum; every tensor of the model must be in it */
@@ -439,8 +478,8 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     ExList l = {0};
     ex_tensors(&l, &mc, &pt);
     if (Vout > V) {
-        ex_grow_rows(&l, "language_model.model.embed_tokens.weight", V, Vout);
-        ex_grow_rows(&l, "language_model.lm_head.weight", V, Vout);
+        ex_grow_rows(&l, &mc, &pt, "language_model.model.embed_tokens.weight", V, Vout);
+        ex_grow_rows(&l, &mc, &pt, "language_model.lm_head.weight", V, Vout);
         if (log)
             fprintf(log, "export: <image> is id %d; the vocabulary grows %d -> %d (new embedding and lm_head rows: the "
                     "mean of the trained rows)\n", V, V, Vout);
@@ -458,12 +497,17 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     const char* tmp = o.tmp;
     int rc = 0;
     cJSON* wm = cJSON_CreateObject();
+    ExFill* fills = callocCheck((size_t)l.n + 1, sizeof(ExFill)); /* the merged tensors' contexts */
     for (int f = 1; f <= nfile && rc == 0; f++) {
         StWriter* w = st_writer_new();
         snprintf(base, sizeof base, "model-%05d-of-%05d.safetensors", f, nfile);
         for (int i = 0; i < l.n; i++) {
             if (l.v[i].file != f) continue;
             st_writer_add(w, l.v[i].name, DTYPE_F32, l.v[i].ndim, l.v[i].shape, l.v[i].data);
+            if (l.v[i].merge) { /* merged into the writer's buffer as it writes this tensor */
+                fills[i] = (ExFill){&mc, &pt, &l.v[i]};
+                st_writer_defer(w, l.v[i].name, ex_fill, &fills[i]);
+            }
             cJSON_AddStringToObject(wm, l.v[i].name, base);
             info->tensors++;
         }
@@ -554,6 +598,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     }
     rc = import_out_end(&o, out_dir, rc, err, err_len); /* renamed, or what this export made removed */
     cJSON_Delete(wm);
+    free(fills);
     for (int i = 0; i < l.n; i++) free(l.v[i].owned);
     free(l.v);
     params_free(&pt);

@@ -128,17 +128,36 @@ int lora_peft_ours(const char* key, char* out, size_t out_len, PeftBase* b) {
     return -1;
 }
 
-float* export_lora_merged(const ModelConfig* mc, const ParamTable* pt, const char* ours) {
-    if (mc->lora_r <= 0) return NULL;
+/* The tensor of `ours` when it is a linear with an adapter (its adapter's prefix into prefix[136]), else -1. */
+static int export_lora_weight(const ModelConfig* mc, const ParamTable* pt, const char* ours, char* prefix) {
+    if (mc->lora_r <= 0) return -1;
     size_t n = strlen(ours);
     if (n < 8 || n > 100 || (strncmp(ours, "text.blocks.", 12) != 0 && strncmp(ours, "vision.blocks.", 14) != 0) ||
         strcmp(ours + n - 7, ".weight") != 0)
-        return NULL;
-    char prefix[136], a[160];
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(n - 7), ours);
+        return -1;
+    char a[160];
+    snprintf(prefix, 136, "%.*s", (int)(n - 7), ours);
     snprintf(a, sizeof a, "%s.lora_A.weight", prefix);
     int iw = params_find(pt, ours);
-    if (iw < 0 || params_find(pt, a) < 0) return NULL; /* no adapter */
+    return iw < 0 || params_find(pt, a) < 0 ? -1 : iw; /* -1: no adapter */
+}
+
+int export_lora_adapted(const ModelConfig* mc, const ParamTable* pt, const char* name, int part) {
+    char prefix[136], a[160], b[160];
+    if (!part) {
+        if (export_lora_weight(mc, pt, name, prefix) < 0) return 0;
+        name = prefix;
+    }
+    if (mc->lora_r <= 0) return 0;
+    snprintf(a, sizeof a, "%s.lora_A.weight", name);
+    snprintf(b, sizeof b, "%s.lora_B.weight", name);
+    return params_find(pt, a) >= 0 && params_find(pt, b) >= 0;
+}
+
+float* export_lora_merged(const ModelConfig* mc, const ParamTable* pt, const char* ours) {
+    char prefix[136];
+    int iw = export_lora_weight(mc, pt, ours, prefix);
+    if (iw < 0) return NULL; /* no adapter */
     const ParamSpec* sw = &pt->specs[iw];
     RR_ASSERT(sw->ndim == 2 && !params_is_slice(sw));
     return export_lora_merged_part(mc, pt, params_data(pt, iw), sw->shape[0], sw->shape[1], prefix);
@@ -242,6 +261,9 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
         params_free(&pt);
         return -1;
     }
+    /* read and written, never trained: every tensor frozen, so params_alloc makes no gradient buffer (a copy of
+     * the model's size, zeroed; docs/engine.md "Peak memory of the whole-model commands") */
+    for (int i = 0; i < pt.n; i++) pt.specs[i].frozen = 1;
     params_alloc(&pt, &backend_cpu, mc.seed);
     CheckpointState st = {0};
     int rc = checkpoint_load_model(ckpt, &pt, NULL, 0, &st, err, err_len);

@@ -519,7 +519,55 @@ int import_file_open(ImportFile* fi, const char* hf_dir, const char* name, char*
     if (st_load(&fi->f, fi->path, err, err_len) != 0) return -1;
     fi->w = st_writer_new();
     fi->bufs = callocCheck((size_t)fi->f.n + 1, sizeof(float*));
+    fi->defs = callocCheck((size_t)fi->f.n + 1, sizeof(void*));
     return 0;
+}
+
+typedef struct {
+    const ImportFile* fi;
+    char ours[128];
+    uint64_t hash; /* of the values first read (checkpoint_add_tensor's checksum) */
+    size_t n;
+    int np;
+    ImportPart parts[3];
+    char names[3][128];
+} ImportDeferred;
+
+static int import_fill(void* ctx, void* buf, char* err, size_t err_len) {
+    const ImportDeferred* d = ctx;
+    float* v = buf;
+    size_t at = 0;
+    for (int p = 0; p < d->np; p++) {
+        const ImportPart* x = &d->parts[p];
+        if (st_read_f32(&d->fi->f, x->name, v + at, x->ndim, x->shape, err, err_len) != 0) return -1;
+        size_t n = 1;
+        for (int k = 0; k < x->ndim; k++) n *= (size_t)x->shape[k];
+        at += n;
+    }
+    RR_ASSERT(at == d->n);
+    if (rr_xxh64(v, d->n * sizeof(float), 0) != d->hash)
+        return rr_fail(err, err_len, "%s: tensor '%s' (for %s) changed while it was imported (its values differ from "
+                       "the first read): import again from a folder nothing writes to", d->fi->path, d->parts[0].name,
+                       d->ours);
+    return 0;
+}
+
+void import_file_defer(ImportFile* fi, const char* ours, float* v, size_t n, const ImportPart* parts, int np) {
+    RR_ASSERT(np >= 1 && np <= 3 && fi->nd <= fi->f.n);
+    ImportDeferred* d = callocCheck(1, sizeof *d);
+    d->fi = fi;
+    snprintf(d->ours, sizeof d->ours, "%s", ours);
+    d->hash = rr_xxh64(v, n * sizeof(float), 0);
+    d->n = n;
+    d->np = np;
+    for (int p = 0; p < np; p++) {
+        d->parts[p] = parts[p];
+        snprintf(d->names[p], sizeof d->names[p], "%s", parts[p].name);
+        d->parts[p].name = d->names[p];
+    }
+    free(v);
+    fi->defs[fi->nd++] = d;
+    st_writer_defer(fi->w, ours, import_fill, d);
 }
 
 void import_file_keep(ImportFile* fi, float* buf) {
@@ -550,6 +598,8 @@ int import_file_close(ImportFile* fi, int rc, int write, ImportRun* run, int k, 
     st_writer_free(fi->w);
     for (int i = 0; i < fi->nb; i++) free(fi->bufs[i]);
     free(fi->bufs);
+    for (int i = 0; i < fi->nd; i++) free(fi->defs[i]);
+    free(fi->defs);
     st_free(&fi->f);
     return rc;
 }
@@ -594,17 +644,23 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
                 rc = -1;
                 break;
             }
-            float* v = import_file_buf(&fi, (x->end - x->begin) / dtype_size(x->dtype));
+            size_t numel = (x->end - x->begin) / dtype_size(x->dtype);
+            float* v = mallocCheck((numel ? numel : 1) * sizeof(float));
             if (st_read_f32(f, x->name, v, m->ndim, m->shape, err, err_len) != 0) {
+                free(v);
                 rc = -1; /* names the file and the tensor (a dtype this import does not convert) */
                 break;
             }
             m->seen = 1;
             char e2[512];
             if (checkpoint_add_tensor(fi.w, m->ours, m->ndim, m->shape, v, e2, sizeof e2) != 0) {
+                free(v);
                 rc = rr_fail(err, err_len, "%s: tensor '%s' (for %s): %s", path, x->name, m->ours, e2);
                 break;
             }
+            /* read again when the shard is written: one tensor held at a time */
+            ImportPart part = {x->name, m->ndim, {m->shape[0], m->ndim > 1 ? m->shape[1] : 0, 0, 0}};
+            import_file_defer(&fi, m->ours, v, numel, &part, 1);
             info->tensors++;
         }
         rc = import_file_close(&fi, rc, 1, &run, k, "huggingface llama", log, err, err_len);

@@ -131,6 +131,8 @@ typedef struct {
     StWriter* w;
     float** bufs;
     int nb;
+    void** defs; /* import_file_defer's contexts */
+    int nd;
 } ImportFile;
 /* Loads hf_dir/name (st_load's checks) and starts its shard. Returns 0, or -1 with a message (nothing to free). */
 int import_file_open(ImportFile* fi, const char* hf_dir, const char* name, char* err, size_t err_len);
@@ -138,6 +140,18 @@ int import_file_open(ImportFile* fi, const char* hf_dir, const char* name, char*
 float* import_file_buf(ImportFile* fi, size_t n);
 /* buf (malloc'd) freed by import_file_close from now on. */
 void import_file_keep(ImportFile* fi, float* buf);
+/* One of the file's tensors as import_file_defer reads it: its name and the shape it is read at. */
+typedef struct {
+    const char* name;
+    int ndim;
+    int64_t shape[4];
+} ImportPart;
+/* Tensor `ours` of the shard, just added with checkpoint_add_tensor from v (n values, malloc'd: freed here), is
+ * made again when the shard is written: parts[0..np) read from the file one after the other (q, k and v into one
+ * fused tensor), converted as they were, and their checksum compared with v's (a file changed since is refused,
+ * naming it). The import so holds one converted tensor at a time, not the shard's (docs/engine.md "Peak memory
+ * of the whole-model commands"). */
+void import_file_defer(ImportFile* fi, const char* ours, float* v, size_t n, const ImportPart* parts, int np);
 /* write = 1 (and rc == 0): the shard as model.hfK.safetensors in the run's folder (K = k, the file's index in
  * run->files) with the run's identity and "imported_from" = from, its name appended to the run's list, a line to
  * `log` (may be NULL); then (in every case) frees the file, the shard and the buffers. Returns rc, or -1 with a

@@ -480,6 +480,8 @@ static int il_put(StWriter* w, const char* name, int ndim, const int64_t* shape,
 typedef struct {
     float* buf;
     int parts;
+    int file[3];          /* the index of the file each part came from */
+    char name[3][128];    /* its Hugging Face name */
 } IlPending;
 
 /* The recipe keys the import decided (what cmd_import_llava prints), as text values into `keys`. */
@@ -583,11 +585,17 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 /* CLIP's Conv2d weight (D, 3, p, p) is the (D, 3p^2) linear over channel-major patch pixels */
                 int64_t cs[4] = {D, 3, info->patch, info->patch};
                 size_t numel = (size_t)D * 3 * info->patch * info->patch;
-                float* v = import_file_buf(&fi, numel);
+                float* v = mallocCheck(numel * sizeof(float));
                 rc = st_read_f32(f, x->name, v, 4, cs, err, err_len);
                 if (rc == 0) rc = il_finite(v, numel, path, x->name, err, err_len);
                 if (rc == 0) rc = il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len);
-                if (rc == 0) added++, info->tensors++;
+                if (rc != 0) {
+                    free(v);
+                    continue;
+                }
+                ImportPart part = {x->name, 4, {cs[0], cs[1], cs[2], cs[3]}};
+                import_file_defer(&fi, m->n.ours, v, numel, &part, 1); /* read again as the shard is written */
+                added++, info->tensors++;
                 continue;
             }
             size_t numel = (size_t)m->n.shape[0] * (size_t)(m->n.ndim == 2 ? m->n.shape[1] : 1);
@@ -596,6 +604,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 IlPending* pd = &pend[m->layer * 2 + isb];
                 if (!pd->buf) pd->buf = mallocCheck(3 * numel * sizeof(float));
                 int part = m->kind - IL_Q;
+                pd->file[part] = k;
+                snprintf(pd->name[part], sizeof pd->name[part], "%s", x->name);
                 if (st_read_f32(f, x->name, pd->buf + (size_t)part * numel, m->n.ndim, m->n.shape, err, err_len) != 0 ||
                     il_finite(pd->buf + (size_t)part * numel, numel, path, x->name, err, err_len) != 0) {
                     rc = -1;
@@ -604,24 +614,35 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 if (++pd->parts == 3) { /* all of q, k, v: the fused tensor goes into this file */
                     int64_t sh[2] = {3 * m->n.shape[0], m->n.shape[1]};
                     float* qkv = pd->buf;
-                    import_file_keep(&fi, qkv);
                     pd->buf = NULL;
                     rc = il_put(w, m->n.ours, m->n.ndim, sh, qkv, path, err, err_len);
+                    if (rc == 0 && pd->file[0] == k && pd->file[1] == k && pd->file[2] == k) {
+                        /* the three parts in this file: read again as the shard is written */
+                        ImportPart parts[3];
+                        for (int q = 0; q < 3; q++)
+                            parts[q] = (ImportPart){pd->name[q], m->n.ndim, {m->n.shape[0], m->n.shape[1], 0, 0}};
+                        import_file_defer(&fi, m->n.ours, qkv, 3 * numel, parts, 3);
+                    } else
+                        import_file_keep(&fi, qkv); /* parts from an earlier file: held until this shard is written */
                     added++;
                     info->tensors++;
                 }
                 continue;
             }
-            float* v = import_file_buf(&fi, numel);
+            float* v = mallocCheck((numel ? numel : 1) * sizeof(float));
             if (st_read_f32(f, x->name, v, m->n.ndim, m->n.shape, err, err_len) != 0 ||
                 il_finite(v, numel, path, x->name, err, err_len) != 0) {
+                free(v);
                 rc = -1; /* names the file, the tensor and the shape config.json implies, or the value */
                 break;
             }
             if (il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len) != 0) {
+                free(v);
                 rc = -1;
                 break;
             }
+            ImportPart part = {x->name, m->n.ndim, {m->n.shape[0], m->n.shape[1], 0, 0}};
+            import_file_defer(&fi, m->n.ours, v, numel, &part, 1); /* read again as the shard is written */
             added++;
             info->tensors++;
         }

@@ -43,6 +43,9 @@ float* export_lora_merged(const ModelConfig* mc, const ParamTable* pt, const cha
  * stacked attn.qkv, prefix vision.blocks.N.attn.q); NULL when there is no such adapter. */
 float* export_lora_merged_part(const ModelConfig* mc, const ParamTable* pt, const float* W, int64_t out, int64_t in,
                                const char* prefix);
+/* Whether export_lora_merged (part = 0: `name` is ours) or export_lora_merged_part (part = 1: `name` is the prefix)
+ * would merge, without merging: an adapter is there. */
+int export_lora_adapted(const ModelConfig* mc, const ParamTable* pt, const char* name, int part);
 
 typedef struct {
     int tensors;       /* adapter tensors written */

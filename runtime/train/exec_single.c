@@ -69,14 +69,14 @@ static void single_free(StepExec* ex) {
     free(s);
 }
 
-StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const Backend* be, char* err,
+StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const Backend* be, int optimizer, char* err,
                                   size_t err_len) {
     (void)err;
     (void)err_len;
     SingleExec* s = callocCheck(1, sizeof *s);
     stage_init_frozen(&s->st, mc, 0, mc->Lt, r->freeze, be);
     stage_set_recompute(&s->st, (Recompute)recipe_recompute(r, 0), (Recompute)recipe_recompute(r, 1));
-    if (!(r->zero && r->dp > 1)) params_alloc_optimizer(&s->st.params); /* the distributed optimizer: shards only */
+    if (optimizer && !(r->zero && r->dp > 1)) params_alloc_optimizer(&s->st.params); /* the distributed optimizer: shards only */
     /* one microbatch in flight; every position may be an image patch */
     stage_acts_init(&s->acts, &s->st, r->microbatch_tokens, model_patch_budget(mc, r->microbatch_tokens), 0);
     s->stp = &s->st;

@@ -596,7 +596,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     /* tensor parallelism runs through the pipeline executor (one stage when pp = 1): its leader-decides
      * dispatch keeps the TP ranks of a stage on one task sequence */
     t->ex = r->pp > 1 || r->tp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
-                      : step_exec_single_create(r, &t->mc, be, err, err_len);
+                      : step_exec_single_create(r, &t->mc, be, !eval_only, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
     if (r->trace && !eval_only && r->pp == 1 && r->tp == 1 && t->ex->log_rank) /* said, not silently nothing */
@@ -627,14 +627,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (step_exec_add_tied_embed(t->ex, &t->mc, r->pp > 1 ? t->grid.pipe : NULL, t->grid.p, r->pp, err, err_len) != 0)
         return -1;
     if (eval_only) {
-        /* evaluation reads the values only: without moments a checkpoint written under another
-         * train.freeze (which has AdamW state for other tensors) evaluates too */
-        for (int c = 0; c < t->ex->n_stages; c++) {
-            ParamTable* pt = &t->ex->stages[c]->params;
-            if (pt->m) pt->be->dev->free(pt->m);
-            if (pt->v) pt->be->dev->free(pt->v);
-            pt->m = pt->v = NULL;
-        }
+        /* evaluation reads the values only: its executor has no moments (never allocated, so never a peak of
+         * two more copies of the model), and a checkpoint written under another train.freeze (which has AdamW
+         * state for other tensors) evaluates too */
+        for (int c = 0; c < t->ex->n_stages; c++) RR_ASSERT(!t->ex->stages[c]->params.m && !t->ex->stages[c]->params.v);
     } else {
         int rc = !strcmp(r->source, "synthetic")
                      ? trainer_source_synthetic(&t->src, r, vocab, 0, t->grid.d, t->grid.dp, err, err_len)

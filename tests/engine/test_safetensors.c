@@ -1,6 +1,7 @@
 /* test_safetensors.c — safetensors writer/reader tests.
  *
- *   test_safetensors selftest DIR       round trip in C, bf16 rounding, every truncation of a file
+ *   test_safetensors selftest DIR       round trip in C, bf16 rounding, every truncation of a file, a tensor
+ *                                       made at write time (st_writer_defer)
  *   test_safetensors write PATH         write the shared fixture (tests/engine/safetensors_peer.py reads it)
  *   test_safetensors check PATH         read a fixture written by the independent Python writer
  *   test_safetensors expect-error PATH TEXT   loading must fail with a message containing TEXT
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/safetensors.h"
 
@@ -197,7 +199,62 @@ static void test_many_meta(void) {
     }
 }
 
+/* st_writer_defer: a tensor made at write time is written as the same bytes as one held by the caller; a fill
+ * that fails fails the write with its message, and leaves neither the file nor a temporary. */
+static int fill_a(void* ctx, void* buf, char* err, size_t err_len) {
+    (void)err, (void)err_len;
+    (*(int*)ctx)++;
+    for (int i = 0; i < 15; i++) ((float*)buf)[i] = (float)i * 0.25f - 1.5f; /* the fixture's a.f32 */
+    return 0;
+}
+static int fill_fail(void* ctx, void* buf, char* err, size_t err_len) {
+    (void)buf;
+    (*(int*)ctx)++;
+    snprintf(err, err_len, "tensor a.f32: the source changed");
+    return -1;
+}
+static void test_deferred(const char* dir) {
+    char held[1024], made[1024], err[512];
+    snprintf(held, sizeof held, "%s/st_held.safetensors", dir);
+    snprintf(made, sizeof made, "%s/st_deferred.safetensors", dir);
+    StWriter* w = fixture_writer();
+    CHECK(st_writer_write(w, held, err, sizeof err) == 0, "%s", err);
+    st_writer_free(w);
+    int calls = 0;
+    w = fixture_writer();
+    st_writer_defer(w, "a.f32", fill_a, &calls);
+    memset(fa, 0, sizeof fa); /* the caller's copy is gone: the file must hold the fill's bytes */
+    CHECK(st_writer_write(w, made, err, sizeof err) == 0, "%s", err);
+    st_writer_free(w);
+    CHECK(calls == 1, "the fill ran %d times", calls);
+    size_t n1 = 0, n2 = 0;
+    char* b1 = rr_read_file(held, &n1, 1 << 20);
+    char* b2 = rr_read_file(made, &n2, 1 << 20);
+    CHECK(b1 && b2 && n1 == n2 && !memcmp(b1, b2, n1), "a deferred tensor's file differs from the held one's");
+    free(b1);
+    free(b2);
+    char failed[1024];
+    snprintf(failed, sizeof failed, "%s/st_failed.safetensors", dir);
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", failed, (int)getpid());
+    unlink(failed); /* a run before this one's */
+    calls = 0;
+    w = fixture_writer();
+    st_writer_defer(w, "a.f32", fill_fail, &calls);
+    err[0] = 0;
+    CHECK(st_writer_write(w, failed, err, sizeof err) != 0 && strstr(err, "the source changed"),
+          "a failing fill: '%s'", err);
+    st_writer_free(w);
+    CHECK(calls == 1, "the failing fill ran %d times", calls);
+    FILE* f = fopen(failed, "rb");
+    FILE* t = fopen(tmp, "rb");
+    CHECK(!f && !t, "a failed write left %s", f ? failed : tmp);
+    if (f) fclose(f);
+    if (t) fclose(t);
+}
+
 static int selftest(const char* dir) {
+    test_deferred(dir);
     test_bf16();
     test_many_names();
     test_many_meta();

@@ -284,6 +284,12 @@ add_test(NAME init_from_memory
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "init_from memory: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/init_from_memory.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/init_from_memory)
 set_tests_properties(init_from_memory PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# The commands that read or write a whole model (a checkpoint save, eval, export hf, import llava) at a 100 MB model:
+# each peak bounded by the copies of the model it must hold (tests/runtime/train/whole_model_memory.sh).
+add_test(NAME whole_model_memory
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "whole model memory: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/whole_model_memory.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/whole_model_memory)
+set_tests_properties(whole_model_memory PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 # Tensor parallelism (tests/runtime/train/tp_train.sh): one step's loss and every global gradient against one process,
 # for (pp, tp, dp) x hints x modes, the dump reassembled, resume across layouts. 8 ranks share 2 cores.
 foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "2;2;1;--set;model.text_layers=4"
