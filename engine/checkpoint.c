@@ -290,8 +290,14 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
         return -1;
     }
     if (ours_old[0]) ck_rm_rf(ours_old);
-    rr_fsync_dir(root);
     if (out_dir) snprintf(out_dir, out_len, "%s", final);
+    /* the rename is durable only once ROOT is: a checkpoint a power loss could take back is not reported saved */
+    if (rr_fsync_dir(root) != 0) {
+        rr_fail(err, err_len, "cannot fsync checkpoint folder '%s' after renaming the checkpoint of step %lld into "
+               "it: %s ('%s' is complete, but may not survive a power loss)", root, (long long)step, strerror(errno),
+               final);
+        return -1;
+    }
     return 0;
 }
 

@@ -301,6 +301,11 @@ static int generate_manifest(Generator* g, const Manifest* m, const char* manife
         fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", out_path, strerror(errno));
         rc = 1;
     }
+    /* the file's entry (made by this run, or an earlier one) durable too */
+    if (!rc && rr_fsync_parent(out_path) != 0) {
+        fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (fsync of its folder)\n", out_path, strerror(errno));
+        rc = 1;
+    }
     if (rc == 0)
         fprintf(stderr, "generate: %d answers (%lld tokens generated) in %s (%.1f s)\n", answered, tokens, out_path,
                 rr_now() - t0);
@@ -543,7 +548,12 @@ int cmd_generate(int argc, char** argv) {
         rc = generate_manifest(g, &m, manifest, images, out, fd, samples, model_id, &done, &o);
     }
 done:
-    if (fd >= 0) close(fd);
+    /* NFS reports a write-back error at close: the answers would be reported written and are not */
+    if (fd >= 0 && close(fd) != 0 && rc == 0) {
+        fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (--resume checks what it holds and continues)\n", out,
+                strerror(errno));
+        rc = 1;
+    }
     answered_free(&done);
     if (have_m) manifest_free(&m);
     generator_free(g);
