@@ -286,7 +286,13 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
     }
     if (rename(tmp, final) != 0) {
         rr_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
-        if (ours_old[0]) rename(ours_old, final); /* the complete one it was to replace stays */
+        /* the complete one it was to replace stays: put back, or named where it is */
+        if (ours_old[0] && rename(ours_old, final) != 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, "; nor put this run's earlier checkpoint of step %lld back from '%s': %s "
+                     "(move it back to '%s' before the next start, which removes it as a killed run's leftover)",
+                     (long long)step, ours_old, strerror(errno), final);
+        }
         return -1;
     }
     if (ours_old[0]) ck_rm_rf(ours_old);

@@ -9,7 +9,8 @@
  *                     mkdir, opendir, write or pwrite (a short write: half the bytes, no error)
  *   RRFP_FAULT_PATH   a glob (fnmatch, FNM_PATHNAME: '*' stays within a name) the whole path matches (close/fsync/write: the fd's,
  *                     read from /proc/self/fd; rename: the old or the new name); unset: any path
- *   RRFP_FAULT_NTH    fail the N-th matching call (1 when unset); one fault per process
+ *   RRFP_FAULT_NTH    fail the N-th matching call (1 when unset)
+ *   RRFP_FAULT_COUNT  and the COUNT-1 matching calls after it (1 when unset: one fault per process)
  *   RRFP_FAULT_ERRNO  the errno, a number or one of EIO EXDEV EACCES EPERM ENOSPC EROFS EDQUOT (EIO when unset)
  *   RRFP_FAULT_LOG    a file each injected fault is appended to: "fault CALL PATH ERRNO PID" (a test checks that
  *                     its fault landed)
@@ -31,8 +32,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static atomic_int fi_seen;  /* matching calls so far */
-static atomic_int fi_fired; /* the fault was injected */
+static atomic_int fi_seen; /* matching calls so far */
 static _Thread_local int fi_busy; /* inside the injector's own I/O: pass through */
 
 static void* fi_real(const char* name) {
@@ -89,13 +89,14 @@ static int fi_hit(const char* call, const char* a, const char* b) {
         fi_append("RRFP_FAULT_TRACE", line);
     }
     const char* want = getenv("RRFP_FAULT_CALL");
-    if (!want || strcmp(want, call) || atomic_load(&fi_fired)) return 0;
+    if (!want || strcmp(want, call)) return 0;
     const char* sub = getenv("RRFP_FAULT_PATH");
     if (sub && *sub && fnmatch(sub, a, FNM_PATHNAME) != 0 && !(b && fnmatch(sub, b, FNM_PATHNAME) == 0)) return 0;
     const char* nth = getenv("RRFP_FAULT_NTH");
-    int n = nth && atoi(nth) > 0 ? atoi(nth) : 1;
-    if (atomic_fetch_add(&fi_seen, 1) + 1 != n) return 0;
-    if (atomic_exchange(&fi_fired, 1)) return 0;
+    const char* count = getenv("RRFP_FAULT_COUNT");
+    int n = nth && atoi(nth) > 0 ? atoi(nth) : 1, k = count && atoi(count) > 0 ? atoi(count) : 1;
+    int seen = atomic_fetch_add(&fi_seen, 1) + 1;
+    if (seen < n || seen >= n + k) return 0;
     int e = fi_errno();
     snprintf(line, sizeof line, "fault %s %s%s%s %s %d\n", call, a, b ? " -> " : "", b ? b : "",
              strerror(e), (int)getpid());

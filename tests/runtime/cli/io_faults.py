@@ -40,9 +40,9 @@ KINDS = {"mkdir": ["EACCES"], "opendir": ["EACCES"], "write": [None], "pwrite": 
 TEXT = {"EIO": os.strerror(5), "EXDEV": os.strerror(18), "EACCES": os.strerror(13)}
 
 
-def fault_env(call, path, err, nth=1):
+def fault_env(call, path, err, nth=1, count=1):
     e = {"LD_PRELOAD": LIB, "RRFP_FAULT_CALL": call, "RRFP_FAULT_PATH": path, "RRFP_FAULT_NTH": str(nth),
-         "RRFP_FAULT_LOG": LOG}
+         "RRFP_FAULT_COUNT": str(count), "RRFP_FAULT_LOG": LOG}
     if err:
         e["RRFP_FAULT_ERRNO"] = err
     return e
@@ -245,6 +245,22 @@ def put_back(argv, run_dir, ref_tensors, steps, timeout):
     note(back, "%s: the old step-4 is not back, whole, under its name" % tag)
     if back:
         print("ok    %s: the old step-4 is back" % tag)
+    # and the put-back fails too (the third rename naming step-4): the error says where the old one is, whole
+    tag = "train, put-back fails: rename EIO of the new step-4 and of the old one back"
+    rc, out, err = df.run(argv + ["--resume", os.path.join(ck_root, "step-00000002")], timeout=timeout,
+                          env=fault_env("rename", last, "EIO", 2, 2))
+    hit = landed()
+    note(len(hit) == 2 and ".old." in hit[1], "%s: the faults did not land on both renames: %s" % (tag, hit))
+    df.failed_check(tag, rc, err, last, TEXT["EIO"])
+    aside = [n for n in os.listdir(ck_root) if n.startswith(".old.")]
+    named = len(aside) == 1 and "nor put this run's earlier checkpoint of step 4 back from '%s'" % \
+        os.path.join(ck_root, aside[0]) in err
+    note(named, "%s: the error does not name where the old step-4 is (%s): %s" % (tag, aside, err.strip()[-400:]))
+    kept = named and {f: df.st_tensors(os.path.join(ck_root, aside[0], f)) for f in sorted(os.listdir(
+        os.path.join(ck_root, aside[0]))) if f.endswith(".safetensors")} == ref_tensors
+    note(kept, "%s: the old step-4 is not whole where the error says" % tag)
+    if kept:
+        print("ok    %s: named, whole, at %s" % (tag, aside[0]))
 
 
 def main():
