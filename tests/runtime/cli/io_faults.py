@@ -154,6 +154,7 @@ def command_cases():
             df.failed_check(tag, rc, err, named, TEXT[err_name])
             if kind == "answers":
                 note(not os.path.lexists(o) or df.whole_lines(o), "%s: the answers file holds a torn line" % tag)
+                note(" answers (" not in err, "%s: the summary says the answers are written: %s" % (tag, err[-300:]))
                 rc, sout, err = df.run(argv(o) + (["--resume"] if os.path.lexists(o) else []))
                 note(rc == 0 and os.path.isfile(o) and open(o, "rb").read() == complete,
                      "%s: --resume once the fault is gone does not give the complete answers (exit %d): %s" %
@@ -197,6 +198,10 @@ def train_cases(pp):
     cases = [(c, p, e, 1) for c, p, e in targets(calls, ck_root, lambda p: "step-00000004" in p, fold=False)
              if c != "opendir"]
     cases.append(("fsync", ck_root, "EIO", 2))
+    if not pp:  # the run folder's own files: its lock, run.json and recipe.ini at the start, metrics.jsonl, rank-0.json
+        # (the lock's close at exit is no write failure: it only names the holder, and the lock goes with the fd)
+        cases += [(c, p, e, 1) for c, p, e in targets(calls, run_dir, lambda p: "/checkpoints" not in p, fold=False)
+                  if c not in ("opendir", "mkdir") and p != run_dir and (c, p) != ("close", run_dir + "/.lock")]
     if pp:  # one rank's failure: rank 1's tensor file fsync, rank 0's rename of the step folder
         cases = [(c, p, e, n) for c, p, e, n in cases
                  if (c == "fsync" and "model.pp1" in p) or (c == "rename" and p.endswith("step-00000004"))]
@@ -213,6 +218,8 @@ def train_cases(pp):
         if call in ("write", "pwrite"):  # a short write: the run ends as the one with room
             rc, out, err = df.run(argv, timeout=timeout, env=env)
             note(len(landed()) == 1, "%s: the fault did not land" % tag)
+            if rc == 0:
+                print("ok    %s: exit 0" % tag)
             got = [(df.json.loads(l)["step"], df.json.loads(l)["loss_hex"])
                    for l in open(os.path.join(run_dir, "metrics.jsonl"))] if rc == 0 else None
             note(rc == 0 and got == ref_rows, "%s: exit %d: %s" % (tag, rc, err.strip()[-300:]))
