@@ -4,11 +4,14 @@ reports write-back errors there), rename failing (EXDEV, EACCES, EIO), mkdir and
 short write (fewer bytes than asked, no error). The faults come from tests/support/faultio.c, preloaded.
 
 Each command is first run with room to spare and the injector tracing its calls: the paths it fsyncs, closes,
-renames, creates and writes under its output are the targets. Then one run per (call, target) with that call failing
-there once:
+renames, creates and writes under its output are the targets (one per role: shard 3 stands for shard 7), and the
+trace itself is checked: every folder a rename made a new name in is fsync'd after it (generate: the answers file's
+folder after the file's fsync), what makes the output durable when the command returns 0 (docs/reliability.md
+"What is durable when a command returns 0"). Then one run per (call, target) with that call failing there once:
 
   - the fault landed (the injector's log says so; a fault that never fired fails the case);
   - exit 1..125, no sanitizer report; stderr names the output (or the faulted path) and the errno's text;
+    generate's summary ("N answers ... in FILE") is not printed;
   - no temporary left; the inputs unchanged; the output absent, or whole (a failure after the last rename: the
     files and sizes of the run with room), never partial; generate's answers file: whole lines, and --resume
     completes it once the fault is gone;
@@ -17,8 +20,11 @@ there once:
 train: a run whose checkpoint of step 4 meets each fault (the temporary folder's mkdir, a tensor file's or
 state.json's fsync / close / rename / short write, the folder's rename to step-N, the checkpoints folder's fsync after
 it): exit 1 naming the cause, no half checkpoint, no temporary, and once the fault is gone the last checkpoint
-resumes and the run ends bit for bit as the one with room (disk_full.py's train_case). pp: the same for a 2-rank
-pipeline where rank 1's tensor file fsync fails, or rank 0's rename of the step folder.
+resumes and the run ends bit for bit as the one with room (disk_full.py's train_case); the same for the run folder's
+own files (the lock's pwrite, run.json and recipe.ini at the start, metrics.jsonl's close, rank-0.json at the end). A
+resume from step 2 whose new step-4 cannot be renamed over the old one puts the old one back, whole; when the
+put-back fails too, the error names the .old.PID folder that holds it. pp: the same for a 2-rank pipeline where rank
+1's tensor file fsync fails, or rank 0's rename of the step folder: both ranks stop.
 
 Usage: io_faults.py RRFP_MM SRC_DIR WORK_DIR MODE FAULTIO_SO   (MODE: commands, train, pp; exit 0 = every check passed)"""
 import os
@@ -119,12 +125,14 @@ def command_cases():
             continue
         whole = shape(o)
         complete = open(o, "rb").read() if kind == "answers" else None
-        # durable when it returns 0: each folder that got a new name (a rename into it) is fsync'd after it, and
-        # the output's own folder after its last file or folder came (generate: its answers file, appended to)
+        # durable when it returns 0: each folder that got a new name (a rename into it) is fsync'd after it
+        # (generate: the answers file's folder, after the file's fsync)
         news = [(i, os.path.dirname(r.split(" ")[-1])) for i, (c, r) in enumerate(calls) if c == "rename" and
                 r.split(" ")[-1].startswith(df.FS + "/")]
         if kind == "answers":
-            news.append((max(i for i, (c, r) in enumerate(calls) if (c, r) == ("fsync", o)), df.FS))
+            synced = [i for i, (c, r) in enumerate(calls) if (c, r) == ("fsync", o)]
+            note(synced, "%s: the answers file is never fsync'd" % name)
+            news.append((max(synced + [len(calls)]), df.FS))
         lost = sorted({d for i, d in news if ("fsync", d) not in calls[i:]})
         note(news and not lost, "%s: folders not fsync'd after a rename into them (not durable at exit 0): %s" %
              (name, lost or "no rename traced"))
