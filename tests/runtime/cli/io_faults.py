@@ -132,7 +132,7 @@ def command_cases():
         if kind == "answers":
             synced = [i for i, (c, r) in enumerate(calls) if (c, r) == ("fsync", o)]
             note(synced, "%s: the answers file is never fsync'd" % name)
-            news.append((max(synced + [len(calls)]), df.FS))
+            news.append((max(synced) if synced else len(calls), df.FS))
         lost = sorted({d for i, d in news if ("fsync", d) not in calls[i:]})
         note(news and not lost, "%s: folders not fsync'd after a rename into them (not durable at exit 0): %s" %
              (name, lost or "no rename traced"))
