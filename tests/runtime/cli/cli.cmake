@@ -44,7 +44,7 @@ set_tests_properties(disk_full_pp PROPERTIES LABELS mpi)
 # second checkpoint, its folder's rename, the checkpoints folder's fsync, the put-back of a replaced checkpoint; pp 2:
 # rank 1's fsync, rank 0's rename. Not in the sanitizer build: its runtime interposes the same calls and must come
 # first in the process (a preload ahead of it is refused), and the error paths these faults reach are the ENOSPC
-# paths disk_full_* runs there. ~8 s, ~20 s, ~5 s (about 3 s of CPU in all).
+# paths disk_full_* runs there. ~5 s, ~15 s, ~5 s on an idle machine (3, 6 and 1.4 s of CPU).
 if(NOT RRFP_SANITIZE)
 foreach(m commands train pp)
   add_test(NAME io_faults_${m}
