@@ -327,7 +327,7 @@ static int write_image(JpegCodec* jc, Rng* r, const Scene* sc, const char* dir, 
     snprintf(path, sizeof path, "%s/images/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");
-    int ok = f && fwrite(jpg, 1, len, f) == len;
+    int ok = f && fwrite(jpg, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int e = errno;
     if (f && fclose(f) != 0) ok = 0, e = errno; /* a buffered write's error shows at fclose */
     free(jpg);
@@ -557,6 +557,11 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         }
     }
     jpeg_codec_free(jc);
+    snprintf(path, sizeof path, "%s/images", dir);
+    if (!fail && rr_fsync_dir(path) != 0) { /* the images' renames durable */
+        snprintf(err, err_len, "cannot fsync folder '%s' after renaming the images into it: %s", path, strerror(errno));
+        fail = 1;
+    }
     if (!fail) {
         snprintf(path, sizeof path, "%s/train.json", dir);
         fail = write_records(path, train, cfg->samples, 0, err, err_len) != 0;
@@ -577,5 +582,11 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         fail = 1;
     }
     if (fresh && fail) rr_remove_tree(dir);
+    /* the rename is durable once the parent folder is (the files in it were fsync'd) */
+    if (fresh && !fail && rr_fsync_parent(cfg->out_dir) != 0) {
+        snprintf(err, err_len, "cannot fsync the folder holding '%s' after renaming it there: %s (it is complete, but "
+                 "may not survive a power loss)", cfg->out_dir, strerror(errno));
+        fail = 1;
+    }
     return fail ? -1 : 0;
 }

@@ -473,7 +473,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     ZSTD_CCtx* cctx = workers <= 1 ? shard_cctx_new() : NULL;
     PackPool* pool = workers > 1 ? pack_pool_start(&job, workers) : NULL;
     PackItem* one = pool ? NULL : callocCheck(1, sizeof *one);
-    int rc = 0;
+    int rc = 0, renamed = 0; /* renamed: the shards renamed to their final names */
     double t0 = rr_now(), last = t0;
     for (int i = 0; i < m.n && rc == 0; i++) {
         if (c->stop && *c->stop) {
@@ -516,13 +516,17 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             if (stat(names[k].tmp, &st) == 0) sum->bytes += (uint64_t)st.st_size;
         }
         progress_line(c, sum, m.n, workers, t0, 1);
-        for (int k = 0; k < sum->shards && rc == 0; k++)
+        for (int k = 0; k < sum->shards && rc == 0; k++, renamed++)
             if (rename(names[k].tmp, names[k].final) != 0) {
                 snprintf(err, err_len, "cannot rename '%s' to '%s': %s", names[k].tmp, names[k].final, strerror(errno));
                 rc = -1;
+                break;
             }
         /* shard-*.rrs left from an earlier, larger pack into the same folder would join this data set */
         DIR* d = rc == 0 ? opendir(c->out_dir) : NULL;
+        if (rc == 0 && !d)
+            rc = rr_fail(err, err_len, "cannot list '%s' for shards of an earlier pack to remove: %s", c->out_dir,
+                         strerror(errno));
         for (struct dirent* de; d && (de = readdir(d));) {
             int k;
             size_t nl = strlen(de->d_name);
@@ -534,10 +538,15 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             }
         }
         if (d) closedir(d);
-        int dfd = open(c->out_dir, 0);
-        if (dfd >= 0) fsync(dfd), close(dfd);
+        /* the renames are durable once the folder is */
+        if (rc == 0 && rr_fsync_dir(c->out_dir) != 0)
+            rc = rr_fail(err, err_len, "cannot fsync folder '%s' after renaming the shards into it: %s (they may not "
+                         "survive a power loss)", c->out_dir, strerror(errno));
     }
     if (rc != 0) {
+        /* a failure after some renames: the shards renamed are this run's and go too (a data set of some of
+           them, beside an earlier pack's, would be taken whole) */
+        for (int k = 0; k < renamed; k++) unlink(names[k].final);
         for (int k = 0; k < sum->shards; k++) unlink(names[k].tmp);
         if (!out_existed) rmdir(c->out_dir); /* made by this run, and empty now */
         sum->shards = 0, sum->bytes = 0;      /* for the summary: nothing was written */

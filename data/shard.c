@@ -65,6 +65,20 @@ static int write_all(int fd, const void* d, size_t n) {
     return 0;
 }
 
+/* pwrite all n bytes at off (a short pwrite, which NFS and a signal can give, writes the rest). */
+static int pwrite_all(int fd, const void* d, size_t n, off_t off) {
+    const uint8_t* p = d;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w, n -= (size_t)w, off += w;
+    }
+    return 0;
+}
+
 ShardWriter* shard_writer_open(const char* path, const ShardInfo* info, char* err, size_t err_len) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
@@ -227,10 +241,10 @@ int shard_writer_close(ShardWriter* w, char* err, size_t err_len) {
     put_u32(h + 60, w->info.max_patches);
     put_u64(h + 64, rr_fnv1a64(w->index.p, w->index.n));
     put_u64(h + 72, rr_fnv1a64(h, 72));
-    int ok = write_all(w->fd, w->index.p, w->index.n) == 0 && pwrite(w->fd, h, sizeof h, 0) == (ssize_t)sizeof h &&
+    int ok = write_all(w->fd, w->index.p, w->index.n) == 0 && pwrite_all(w->fd, h, sizeof h, 0) == 0 &&
              fsync(w->fd) == 0;
     int e = errno;
-    ok = close(w->fd) == 0 && ok;
+    if (close(w->fd) != 0 && ok) ok = 0, e = errno; /* NFS reports a write-back error here */
     if (!ok) {
         snprintf(err, err_len, "cannot write '%s': %s", w->path, strerror(e));
         unlink(w->path);

@@ -286,12 +286,24 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
     }
     if (rename(tmp, final) != 0) {
         rr_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
-        if (ours_old[0]) rename(ours_old, final); /* the complete one it was to replace stays */
+        /* the complete one it was to replace stays: put back, or named where it is */
+        if (ours_old[0] && rename(ours_old, final) != 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, "; nor put this run's earlier checkpoint of step %lld back from '%s': %s "
+                     "(move it back to '%s' before the next start, which removes it as a killed run's leftover)",
+                     (long long)step, ours_old, strerror(errno), final);
+        }
         return -1;
     }
     if (ours_old[0]) ck_rm_rf(ours_old);
-    rr_fsync_dir(root);
     if (out_dir) snprintf(out_dir, out_len, "%s", final);
+    /* the rename is durable only once ROOT is: a checkpoint a power loss could take back is not reported saved */
+    if (rr_fsync_dir(root) != 0) {
+        rr_fail(err, err_len, "cannot fsync checkpoint folder '%s' after renaming the checkpoint of step %lld into "
+               "it: %s ('%s' is complete, but may not survive a power loss)", root, (long long)step, strerror(errno),
+               final);
+        return -1;
+    }
     return 0;
 }
 

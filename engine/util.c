@@ -113,12 +113,24 @@ void rr_test_pause(const char* env) {
     }
 }
 
-void rr_fsync_dir(const char* dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+int rr_fsync_dir(const char* dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd) != 0 && errno != EINVAL ? -1 : 0;
+    int e = errno;
+    close(fd); /* read-only: nothing of the folder's is written back at its close */
+    errno = e;
+    return rc;
+}
+
+int rr_fsync_parent(const char* path) {
+    char* dup = strdup(path);
+    if (!dup) return -1;
+    int rc = rr_fsync_dir(dirname(dup));
+    int e = errno;
+    free(dup);
+    errno = e;
+    return rc;
 }
 
 typedef struct {
@@ -184,11 +196,7 @@ int rr_write_file_atomic_parts(const char* path, int nparts, RrPartFn part, void
         return -1;
     }
     free(tmp);
-    /* fsync the directory so the rename itself is durable */
-    char* dup = strdup(path);
-    rr_fsync_dir(dirname(dup));
-    free(dup);
-    return 0;
+    return rr_fsync_parent(path); /* so the rename itself is durable */
 }
 
 /* The cap of this thread's last rr_read_file that failed with EFBIG, for rr_read_file_why's message. */

@@ -53,11 +53,16 @@ double rr_now(void);
  * a warning, once, and ignored. */
 void rr_test_pause(const char* env);
 
-/* fsync folder `dir`, so that a rename or removal in it is durable (nothing when it cannot be opened). */
-void rr_fsync_dir(const char* dir);
+/* fsync folder `dir`, so that a rename or removal in it is durable. Returns 0, or -1 with errno when the folder
+ * cannot be opened or its fsync fails (EINVAL, a file system that cannot fsync a folder, is 0: nothing to do).
+ * Callers that made a file or folder appear in `dir` check it (docs/reliability.md "What is durable"). */
+int rr_fsync_dir(const char* dir);
+/* rr_fsync_dir of the folder holding `path` (a file or folder just renamed or created there). */
+int rr_fsync_parent(const char* path);
 /* Write `size` bytes to `path` atomically: write to "<path>.tmp.<pid>", fsync, rename, fsync the
- * directory. Returns 0 on success; on failure returns -1, sets errno, and leaves no file at `path`
- * changed and no temporary behind. */
+ * directory. Returns 0 on success; on failure returns -1, sets errno, and leaves no temporary behind;
+ * `path` is unchanged, except when the directory's fsync after the rename failed: `path` is then the new
+ * file, whole, but its rename may not survive a power loss. */
 int rr_write_file_atomic(const char* path, const void* data, size_t size);
 /* The same for a file made of `n` parts written back to back, with no copy of the whole: part(ctx, i, &size)
  * gives part i's bytes (valid until the next call; a safetensors file is written from its tensors where they

@@ -202,7 +202,8 @@ static int generate_append_line(int fd, const char* text) {
 }
 
 /* The manifest form: the records of m (the first `samples`) not in `done`, each answer appended to fd
- * (out_path) as it is made, so an interrupted run keeps the answers so far. Returns the exit status. */
+ * (out_path) as it is made, so an interrupted run keeps the answers so far; fd is closed here (its close checked
+ * before the summary says the answers are written). Returns the exit status. */
 static int generate_manifest(Generator* g, const Manifest* m, const char* manifest, const char* images, const char* out_path,
                              int fd, long long samples, const char* model_id, const Answered* done, const GenOptions* o) {
     int n = m->n;
@@ -299,6 +300,17 @@ static int generate_manifest(Generator* g, const Manifest* m, const char* manife
     int rc = wrc;
     if (fsync(fd) != 0 && errno != EINVAL && !rc) {
         fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", out_path, strerror(errno));
+        rc = 1;
+    }
+    /* NFS reports a write-back error at close: the answers would be reported written and are not */
+    if (close(fd) != 0 && !rc) {
+        fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (--resume checks what it holds and continues)\n",
+                out_path, strerror(errno));
+        rc = 1;
+    }
+    /* the file's entry (made by this run, or an earlier one) durable too */
+    if (!rc && rr_fsync_parent(out_path) != 0) {
+        fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (fsync of its folder)\n", out_path, strerror(errno));
         rc = 1;
     }
     if (rc == 0)
@@ -541,9 +553,10 @@ int cmd_generate(int argc, char** argv) {
         fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", out, strerror(errno));
     } else {
         rc = generate_manifest(g, &m, manifest, images, out, fd, samples, model_id, &done, &o);
+        fd = -1; /* closed there */
     }
 done:
-    if (fd >= 0) close(fd);
+    if (fd >= 0) close(fd); /* not written: a refusal before generate_manifest */
     answered_free(&done);
     if (have_m) manifest_free(&m);
     generator_free(g);

@@ -326,7 +326,12 @@ static int durations_dir_check(const char* dir, const StepFile* sf, int n, const
         free(p);
     }
     DIR* d = opendir(dir);
-    if (!d) return 0; /* created later */
+    if (!d && errno == ENOENT) return 0; /* created later */
+    if (!d) { /* unchecked, an earlier run's step files would mix with these */
+        fprintf(stderr, "rrfp-mm: error: --durations-dir: cannot list '%s' for step files of another run: %s\n", dir,
+                strerror(errno));
+        return 1;
+    }
     int rc = 0;
     struct dirent* e;
     while (!rc && (e = readdir(d)) != NULL) {

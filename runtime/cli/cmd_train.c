@@ -386,6 +386,10 @@ int cmd_eval(int argc, char** argv) {
         if (rc == 0 && (bad || rename(ptmp, pred_path) != 0)) {
             snprintf(err, sizeof err, "cannot write --predictions '%s': %s", pred_path, strerror(errno));
             rc = -1;
+        } else if (rc == 0 && rr_fsync_parent(pred_path) != 0) { /* the rename durable */
+            snprintf(err, sizeof err, "cannot write --predictions '%s': %s (fsync of its folder after the rename)",
+                     pred_path, strerror(errno));
+            rc = -1;
         }
         if (rc != 0) unlink(ptmp);
     }

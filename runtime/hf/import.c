@@ -353,6 +353,10 @@ int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_
         rc = rr_fail(err, err_len, "cannot rename '%.300s' to '%.300s': %s", o->tmp, out, strerror(errno));
     if (rc != 0) im_rm_rf(o->made_top);
     o->made = 0;
+    /* the rename is durable once the parent folder is (the files in it were fsync'd) */
+    if (rc == 0 && rr_fsync_parent(out) != 0)
+        rc = rr_fail(err, err_len, "cannot fsync the folder holding '%.300s' after renaming it there: %s (it is "
+                     "complete, but may not survive a power loss)", out, strerror(errno));
     return rc;
 }
 

@@ -47,7 +47,11 @@ static int guard_lock(const char* path, const char* folder, const char* more, co
     char line[GUARD_HOST + 4400];
     int n = snprintf(line, sizeof line, "pid %d host %s%s\n", (int)getpid(), host, more);
     if (n >= (int)sizeof line) n = (int)sizeof line - 1;
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+    int bad = ftruncate(fd, 0) != 0;
+    for (ssize_t w, at = 0; !bad && at < n; at += w) /* a short pwrite (a signal, NFS) writes the rest */
+        if ((w = pwrite(fd, line + at, (size_t)(n - at), at)) < 0 && errno != EINTR) bad = 1;
+        else if (w < 0) w = 0;
+    if (bad) {
         snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         close(fd);
         return -1;

@@ -157,7 +157,7 @@ void runckpt_prune_run(const char* root, int keep, const char* run_id) {
         snprintf(gone, sizeof gone, "%s/.pruned-%08lld.%d", root, (long long)steps[i], (int)getpid());
         if (rename(p, gone) == 0) rc_rm_rf(gone);
     }
-    rr_fsync_dir(root);
+    (void)rr_fsync_dir(root); /* a removal: a power loss can only bring back an old checkpoint, whole */
     free(steps);
 }
 
@@ -207,6 +207,6 @@ int runckpt_clean_stale(const char* root, char* removed, size_t removed_len) {
         if (o < removed_len) o += (size_t)snprintf(removed + o, removed_len - o, "%s%s", o ? ", " : "", e->d_name);
     }
     closedir(d);
-    if (n) rr_fsync_dir(root);
+    if (n) (void)rr_fsync_dir(root); /* removals of leftovers: see runckpt_prune_run */
     return n;
 }

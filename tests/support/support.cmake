@@ -81,3 +81,11 @@ function(rrfp_cli_py_test name script mode)
            COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/${script} $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                    ${CMAKE_CURRENT_BINARY_DIR}/${name} ${mode})
 endfunction()
+
+# The I/O fault injector of tests/runtime/cli/io_faults.py (LD_PRELOAD: fsync, close, rename, mkdir, opendir fail,
+# a write comes up short; tests/support/faultio.c). A test tool, never linked into the engine; built without the
+# sanitizers (it is preloaded into a process whose runtime is its own).
+add_library(rrfp_faultio SHARED tests/support/faultio.c)
+target_link_libraries(rrfp_faultio PRIVATE ${CMAKE_DL_LIBS})
+target_compile_options(rrfp_faultio PRIVATE -fno-sanitize=all)
+target_link_options(rrfp_faultio PRIVATE -fno-sanitize=all)

@@ -38,6 +38,22 @@ rrfp_cli_py_test(disk_full_train tests/runtime/cli/disk_full.py train)
 rrfp_cli_py_test(disk_full_pp tests/runtime/cli/disk_full.py pp)
 set_tests_properties(disk_full_commands disk_full_train disk_full_pp PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 set_tests_properties(disk_full_pp PROPERTIES LABELS mpi)
+# The write failures a full disk cannot produce, under the same commands and the same checks: fsync / close failing
+# (EIO), rename failing (EXDEV, EACCES, EIO), mkdir / opendir failing, a short write, from an LD_PRELOAD fault
+# injector (tests/support/faultio.c) aimed at each path the command's traced run writes; train: at each write of the
+# second checkpoint, its folder's rename, the checkpoints folder's fsync, the put-back of a replaced checkpoint; pp 2:
+# rank 1's fsync, rank 0's rename. Not in the sanitizer build: its runtime interposes the same calls and must come
+# first in the process (a preload ahead of it is refused), and the error paths these faults reach are the ENOSPC
+# paths disk_full_* runs there. ~5 s, ~15 s, ~5 s on an idle machine (3, 6 and 1.4 s of CPU).
+if(NOT RRFP_SANITIZE)
+foreach(m commands train pp)
+  add_test(NAME io_faults_${m}
+           COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/io_faults.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/io_faults_${m} ${m} $<TARGET_FILE:rrfp_faultio>)
+  set_tests_properties(io_faults_${m} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(io_faults_pp PROPERTIES LABELS mpi)
+endif()
 set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
 # the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
 # under that layout and in one process (~12 s)

@@ -106,9 +106,10 @@ def free_space():
         os.unlink(os.path.join(FS, "filler"))
 
 
-def run(args, timeout=120, cwd=None):
+def run(args, timeout=120, cwd=None, env=None):
+    """(exit status, stdout, stderr) of args; env: variables added to the test's environment."""
     try:
-        p = subprocess.run(args, capture_output=True, timeout=timeout, env=hostile_lib.sanitizer_env(SRC),
+        p = subprocess.run(args, capture_output=True, timeout=timeout, env=hostile_lib.sanitizer_env(SRC, env),
                            cwd=cwd or WORK, stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
@@ -141,16 +142,17 @@ def levels(need):
     return [p * PAGE for p in got if p * PAGE < need]
 
 
-def failed_check(name, rc, err, out_path):
-    """The verdict every failure shares: a refusal, no sanitizer report, the path and the disk named."""
+def failed_check(name, rc, err, out_path, why=ENOSPC):
+    """The verdict every failure shares: a refusal, no sanitizer report, the path and the cause (`why`, the errno's
+    text: the full disk's unless told) named."""
     short = err.strip().replace("\n", " | ")[-400:]
     note(1 <= rc <= 125, "%s: exit %d, expected an error (1..125): %s" % (name, rc, short))
     bad = [s for s in SAN if s in err]
     note(not bad, "%s: %s on stderr: %s" % (name, bad, short))
-    note(ENOSPC in err, "%s: the message does not say '%s': %s" % (name, ENOSPC, short))
+    note(why in err, "%s: the message does not say '%s': %s" % (name, why, short))
     note(out_path in err, "%s: the message does not name '%s': %s" % (name, out_path, short))
-    if 1 <= rc <= 125 and not bad and ENOSPC in err and out_path in err:
-        print("ok    %s: %s" % (name, [l for l in err.strip().splitlines() if ENOSPC in l][-1][:200]))
+    if 1 <= rc <= 125 and not bad and why in err and out_path in err:
+        print("ok    %s: %s" % (name, [l for l in err.strip().splitlines() if why in l][-1][:200]))
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -185,7 +187,9 @@ def whole_lines(path):
     return True
 
 
-def command_cases():
+def command_list():
+    """Every command that writes a file or folder of its own: (name, output under FS, argument vector given the
+    output's path, kind)."""
     ck = os.path.join(IN, "run", "checkpoints", "step-00000002")
     lck = os.path.join(IN, "lora", "checkpoints", "step-00000001")
     gen = [EXE, "generate", RECIPE, *CLIP, "--checkpoint", ck, "--max-new-tokens", "4", "--manifest",
@@ -216,7 +220,11 @@ def command_cases():
         ("import llava", "imp", lambda o: [EXE, "import", "llava", "--hf", os.path.join(IN, "hf"), "--out", o],
          "folder"),
     ]
-    for name, out, argv, kind in cases:
+    return cases
+
+
+def command_cases():
+    for name, out, argv, kind in command_list():
         o = os.path.join(FS, out)
         # the control: with room, it works; what it leaves is what it needs
         fs_reset(1 << 40)
@@ -323,15 +331,17 @@ def checkpoints_whole(tag, root):
 LANDED = []  # the lines saying ENOSPC of each train case: where the failure landed
 
 
-def train_case(tag, argv, run_dir, ref_rows, ref_tensors, steps, timeout, ranks):
-    rc, out, err = run(argv, timeout=timeout)
+def train_case(tag, argv, run_dir, ref_rows, ref_tensors, steps, timeout, ranks, why=ENOSPC, env=None):
+    """One run that fails (env: the failure's set-up, beside the full disk's; why: the errno's text it says), then
+    the checks of a failed training run and its resume once the cause is gone."""
+    rc, out, err = run(argv, timeout=timeout, env=env)
     text = out + err
     if os.environ.get("RRFP_DISK_FULL_VERBOSE"):
         print(text)
-    hit = [l for l in text.splitlines() if ENOSPC in l]
+    hit = [l for l in text.splitlines() if why in l]
     LANDED.append("\n".join(hit))  # every such line: a pipeline's ranks each say where theirs failed
     note(rc != -999, "%s: a hang (killed after %d s)" % (tag, timeout))
-    failed_check(tag, rc, text, FS)
+    failed_check(tag, rc, text, FS, why)
     note(not temporaries(FS), "%s: temporaries left: %s" % (tag, temporaries(FS)[:4]))
     ck_root = os.path.join(run_dir, "checkpoints")
     have = checkpoints_whole(tag, ck_root)
