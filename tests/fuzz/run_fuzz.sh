@@ -26,8 +26,8 @@ if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
     exit 77
 fi
 "$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/data/anyres.c" "$SRC/engine/util.c" $LIBS || exit 1
-"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/data/anyres.c" "$SRC/data/image_anyres.c" "$SRC/engine/util.c" $LIBS \
-    $(pkg-config --libs libturbojpeg libpng16) || exit 1
+"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/data/gif.c" "$SRC/data/anyres.c" "$SRC/data/image_anyres.c" "$SRC/engine/util.c" $LIBS \
+    $(pkg-config --libs libturbojpeg libpng16 libgif) || exit 1
 "$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/data/template.c" "$SRC/engine/util.c" \
     $TEXT_SRCS $LIBS || exit 1
 
