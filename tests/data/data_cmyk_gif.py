@@ -97,13 +97,21 @@ def pil_bytes(im, **kw):
 
 
 # ---- the images --------------------------------------------------------------------------------------------
+def cmyk(size):
+    """the photograph as CMYK with a real black channel (Pillow's convert("CMYK") leaves K at 0, where the
+    CMYK -> RGB formulas agree): K from the darkness, C, M, Y what is left of each channel"""
+    im = photo.resize(size)
+    k = im.convert("L").point(lambda v: (255 - v) * 3 // 5)
+    return Image.merge("CMYK", [ch.point(lambda v: 255 - v) for ch in im.split()] + [k])
+
+
 files = {}
-c1 = photo.resize((61, 45)).convert("CMYK")
+c1 = cmyk((61, 45))
 files["cmyk_adobe.jpg"] = pil_bytes(c1, format="JPEG", quality=90)
 files["cmyk_plain.jpg"] = strip_app14(files["cmyk_adobe.jpg"])
-files["ycck.jpg"] = ycck_jpeg(photo.resize((53, 38)).convert("CMYK"))
-files["cmyk_progressive.jpg"] = pil_bytes(photo.resize((47, 33)).convert("CMYK"), format="JPEG", quality=85, progressive=True)
-files["cmyk_big.jpg"] = pil_bytes(photo.resize((331, 219)).convert("CMYK"), format="JPEG", quality=90)  # DCT-scaled
+files["ycck.jpg"] = ycck_jpeg(cmyk((53, 38)))
+files["cmyk_progressive.jpg"] = pil_bytes(cmyk((47, 33)), format="JPEG", quality=85, progressive=True)
+files["cmyk_big.jpg"] = pil_bytes(cmyk((331, 219)), format="JPEG", quality=90)  # DCT-scaled
 q = photo.resize((57, 41)).quantize(colors=60)
 files["gif_pillow.gif"] = pil_bytes(q, format="GIF", interlace=False)
 files["gif_pillow_interlaced.gif"] = pil_bytes(q, format="GIF", interlace=True)
@@ -139,6 +147,7 @@ info = {k: Image.open(p) for k, p in paths.items()}
 assert all(info[k].mode == "CMYK" for k in paths if k.endswith(".jpg")), "not every CMYK JPEG opens as CMYK"
 assert info["cmyk_adobe.jpg"].info.get("adobe_transform") == 0 and "adobe" not in info["cmyk_plain.jpg"].info
 assert info["ycck.jpg"].info.get("adobe_transform") == 2, "the YCCK JPEG is not YCCK"
+assert min(np.asarray(info[k])[:, :, 3].max() for k in paths if k.endswith(".jpg")) > 60, "a CMYK JPEG with no black"
 assert info["cmyk_progressive.jpg"].info.get("progressive")
 assert info["gif_pillow_interlaced.gif"].info.get("interlace") or files["gif_pillow_interlaced.gif"] != files["gif_pillow.gif"]
 assert getattr(info["gif_animated.gif"], "n_frames", 1) == 3, "the animated GIF has not 3 frames"
