@@ -87,7 +87,7 @@ void anyres_tiles_rgb8(const uint8_t* rgb, int w, int h, const AnyresLayout* l, 
  * 3 p^2 floats. */
 void anyres_tiles_patches(const uint8_t* tiles, const AnyresLayout* l, int tile, int p, float* out);
 struct JpegCodec;
-/* The whole path for one image (JPEG or PNG by its signature, data/image.h image_decode_rgb at full size):
+/* The whole path for one image (JPEG, PNG or GIF by its signature, data/image.h image_decode_rgb at full size):
  * its layout (under the `default` strategy) into *l, its patches into out (sized from the layout: call
  * anyres_layout on the header's size first). The image must be orig_w x orig_h (the index's), else an error.
  * Returns 0, or -1 with the reason. */

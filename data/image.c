@@ -1,4 +1,4 @@
-/* image.c — JPEG decode/encode (TurboJPEG), smart_resize, Pillow-compatible antialiased bilinear
+/* image.c — JPEG decode/encode (TurboJPEG; CMYK and YCCK as Pillow converts them), smart_resize, Pillow-compatible antialiased bilinear
  * resize in float, normalisation and patchify. See image.h for the exact rules. */
 #include "data/image.h"
 
@@ -68,11 +68,6 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
         codec_reset(c);
         return -1;
     }
-    if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
-        snprintf(err, err_len, "unsupported JPEG colour space %s (only RGB/YCbCr and greyscale)",
-                 cs == TJCS_CMYK ? "CMYK" : "YCCK");
-        return -1;
-    }
     if (*w <= 0 || *h <= 0) {
         snprintf(err, err_len, "JPEG has an empty size %dx%d", *w, *h);
         return -1;
@@ -86,6 +81,25 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
     return 0;
 }
 
+/* A CMYK or YCCK JPEG (libjpeg gives YCCK as CMYK) as Pillow's Image.open(f).convert("RGB"): Pillow reads
+ * every 4-channel JPEG with the raw mode "CMYK;I" (Adobe's inverted polarity, assumed whether or not the
+ * file has an Adobe marker: Pillow's JpegImagePlugin, "always use Adobe polarity"), so each sample is
+ * inverted, then libImaging/Convert.c's cmyk2rgb: nk = 255 - k, out = nk - nk c / 255 (MULDIV255, rounded),
+ * per channel. In place: n pixels of 4 bytes become n pixels of 3 (each write lands at or before its read). */
+static void cmyk_to_rgb(uint8_t* px, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t* s = px + 4 * i;
+        int k = 255 - s[3], nk = 255 - k, ch[3];
+        for (int j = 0; j < 3; j++) {
+            int t = (255 - s[j]) * nk + 128; /* MULDIV255(c, nk) */
+            int v = nk - (((t >> 8) + t) >> 8);
+            ch[j] = v < 0 ? 0 : v > 255 ? 255 : v;
+        }
+        uint8_t* d = px + 3 * i;
+        d[0] = (uint8_t)ch[0], d[1] = (uint8_t)ch[1], d[2] = (uint8_t)ch[2];
+    }
+}
+
 /* Decode a JPEG whose header was read already (w x h). */
 static uint8_t* decode_scaled(JpegCodec* c, const uint8_t* buf, size_t n, int w, int h, int scale, int* ow, int* oh,
                               char* err, size_t err_len) {
@@ -93,16 +107,26 @@ static uint8_t* decode_scaled(JpegCodec* c, const uint8_t* buf, size_t n, int w,
     RR_ASSERT(w > 0 && h > 0 && w <= JPEG_MAX_SIDE && h <= JPEG_MAX_SIDE && (int64_t)w * h <= JPEG_MAX_PIXELS);
     tjscalingfactor sf = {1, scale};
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
-    uint8_t* rgb = mallocCheck((size_t)sw * sh * 3);
+    /* the header was read by jpeg_read_header already: this second read (a few hundred bytes) gives the
+     * colour space, which picks the output format */
+    int hw, hh, sub, cs;
+    if (tjDecompressHeader3(c->dec, buf, (unsigned long)n, &hw, &hh, &sub, &cs) != 0 || hw != w || hh != h) {
+        snprintf(err, err_len, "corrupt JPEG header: %s", tjGetErrorStr2(c->dec));
+        codec_reset(c);
+        return NULL;
+    }
+    int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    uint8_t* rgb = mallocCheck((size_t)sw * sh * (cmyk ? 4 : 3));
     /* STOPONWARNING: libjpeg only warns on a truncated file and fills the rest with grey; such an
      * image must be rejected. LIMITSCANS: refuse progressive files with absurd scan counts. */
     int flags = TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
-    if (tjDecompress2(c->dec, buf, (unsigned long)n, rgb, sw, 0, sh, TJPF_RGB, flags) != 0) {
+    if (tjDecompress2(c->dec, buf, (unsigned long)n, rgb, sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB, flags) != 0) {
         snprintf(err, err_len, "corrupt JPEG: %s", tjGetErrorStr2(c->dec));
         free(rgb);
         codec_reset(c);
         return NULL;
     }
+    if (cmyk) cmyk_to_rgb(rgb, (size_t)sw * sh);
     *ow = sw;
     *oh = sh;
     return rgb;
@@ -117,10 +141,11 @@ uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, 
 
 int image_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len) {
     if (image_is_png(buf, n)) return png_read_header(buf, n, w, h, err, err_len);
+    if (image_is_gif(buf, n)) return gif_read_header(buf, n, w, h, err, err_len);
     if (jpeg_read_header(c, buf, n, w, h, err, err_len) == 0) return 0;
-    if (!strncmp(err, "not a JPEG (", 12)) { /* "not a JPEG or PNG (...)": both are read */
+    if (!strncmp(err, "not a JPEG (", 12)) { /* "not a JPEG, PNG or GIF (...)": all three are read */
         char e[256];
-        snprintf(e, sizeof e, "not a JPEG or PNG (%s", err + 12);
+        snprintf(e, sizeof e, "not a JPEG, PNG or GIF (%s", err + 12);
         snprintf(err, err_len, "%s", e);
     }
     return -1;
@@ -129,6 +154,7 @@ int image_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h
 uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
                           size_t err_len) {
     if (image_is_png(buf, n)) return png_decode_rgb(buf, n, ow, oh, err, err_len);
+    if (image_is_gif(buf, n)) return gif_decode_rgb(buf, n, ow, oh, err, err_len);
     return jpeg_decode_rgb(c, buf, n, scale, ow, oh, err, err_len);
 }
 
@@ -136,6 +162,7 @@ uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale,
 static uint8_t* decode_prep(JpegCodec* c, const uint8_t* buf, size_t n, int w, int h, const ImagePrep* prep, int p,
                             int gh, int gw, int* ow, int* oh, char* err, size_t err_len) {
     if (image_is_png(buf, n)) return png_decode_rgb(buf, n, ow, oh, err, err_len); /* always full size */
+    if (image_is_gif(buf, n)) return gif_decode_rgb(buf, n, ow, oh, err, err_len); /* always full size */
     int scale = prep && prep->kind != IMAGE_PREP_SMART ? 1 : image_dct_scale(w, h, gw * p, gh * p);
     return decode_scaled(c, buf, n, w, h, scale, ow, oh, err, err_len);
 }
@@ -380,7 +407,7 @@ int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
     image_smart_resize(h, w, p, min_patches, max_patches, &egh, &egw);
     if (egh != gh || egw != gw) {
         snprintf(err, err_len, "a %dx%d %s gives a %dx%d patch grid, not the expected %dx%d", w, h,
-                 image_is_png(jpeg, n) ? "PNG" : "JPEG", egh, egw, gh, gw);
+                 image_is_png(jpeg, n) ? "PNG" : image_is_gif(jpeg, n) ? "GIF" : "JPEG", egh, egw, gh, gw);
         return -1;
     }
     int oh = gh * p, ow = gw * p;

@@ -29,13 +29,15 @@ typedef struct JpegCodec JpegCodec;
 JpegCodec* jpeg_codec_new(void);
 void jpeg_codec_free(JpegCodec* c);
 
-/* Header of a JPEG: width, height, colour space, checked against the limits above. Returns 0, or -1
- * with the reason in err ("not a JPEG (does not start with the JPEG marker ff d8: a PNG file)",
- * "unsupported colour space CMYK", ...); the file's bytes are never quoted. */
+/* Header of a JPEG: width, height, checked against the limits above. Returns 0, or -1 with the reason in
+ * err ("not a JPEG (does not start with the JPEG marker ff d8: a PNG file)", "corrupt JPEG header: ...");
+ * the file's bytes are never quoted. */
 int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
 
 /* Decode to packed RGB8 at 1/scale of the full size (scale 1, 2, 4 or 8; the scaled size is
- * ceil(w/scale) x ceil(h/scale), TurboJPEG's TJSCALED). Greyscale is expanded to RGB. Any libjpeg
+ * ceil(w/scale) x ceil(h/scale), TurboJPEG's TJSCALED). Greyscale is expanded to RGB; CMYK and YCCK
+ * are decoded as CMYK and converted as Pillow's convert("RGB") of its "CMYK;I" reading (inverted
+ * samples, then libImaging's cmyk2rgb; data/image.c cmyk_to_rgb). Any libjpeg
  * warning (a truncated file, corrupt data) is an error here: a damaged image is rejected, never
  * half-grey. Returns a malloc'd buffer and sets *ow, *oh; NULL with the reason in err. */
 uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
@@ -47,9 +49,16 @@ int image_is_png(const uint8_t* buf, size_t n);
 int png_read_header(const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
 uint8_t* png_decode_rgb(const uint8_t* buf, size_t n, int* ow, int* oh, char* err, size_t err_len);
 
-/* Either format, by its signature: JPEG (jpeg_read_header / jpeg_decode_rgb at DCT scale `scale`) or
- * PNG (full size: `scale` is a JPEG-only shortcut, as PIL's draft). Anything else is "not a JPEG or
- * PNG", naming what it looks like. */
+/* GIF (data/gif.c): the first frame on its logical screen, as Pillow's Image.open(f).convert("RGB")
+ * (docs/data.md "Image formats"); the size (the screen grown to hold the first frame) is checked against
+ * the same limits before any allocation. */
+int image_is_gif(const uint8_t* buf, size_t n);
+int gif_read_header(const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
+uint8_t* gif_decode_rgb(const uint8_t* buf, size_t n, int* ow, int* oh, char* err, size_t err_len);
+
+/* Any format, by its signature: JPEG (jpeg_read_header / jpeg_decode_rgb at DCT scale `scale`), PNG or
+ * GIF (full size: `scale` is a JPEG-only shortcut, as PIL's draft). Anything else is "not a JPEG, PNG or
+ * GIF", naming what it looks like. */
 int image_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
 uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
                           size_t err_len);
@@ -122,18 +131,18 @@ void image_resize_bicubic_u8(const uint8_t* rgb, int w, int h, uint8_t* out, int
 void image_prep_grid(const ImagePrep* prep, int h, int w, int p, int min_patches, int max_patches, int* grid_h,
                      int* grid_w);
 /* The one decode of every reader of images (pack's check, the loader's patches, generate's through
- * image_load_patches): the image, JPEG or PNG by its signature (image_read_header, so any format pack
+ * image_load_patches): the image, JPEG, PNG or GIF by its signature (image_read_header, so any format pack
  * accepts), decoded to packed RGB8 as `prep` takes it for a gh x gw grid of p-pixel patches: LLaVA's
  * (IMAGE_PREP_LLAVA) at full size, as Pillow opens it; smart_resize's (prep NULL or IMAGE_PREP_SMART)
- * DCT-scaled by image_dct_scale for the (gw p) x (gh p) target. A PNG is always decoded at full size (the
+ * DCT-scaled by image_dct_scale for the (gw p) x (gh p) target. A PNG or GIF is always decoded at full size (the
  * DCT scale is a JPEG-only shortcut, as PIL's draft). Returns a malloc'd buffer of *ow x *oh pixels, or
  * NULL with the reason in err. */
 uint8_t* image_decode_prep(JpegCodec* c, const uint8_t* buf, size_t n, const ImagePrep* prep, int p, int gh, int gw,
                            int* ow, int* oh, char* err, size_t err_len);
-/* image_patches_into under prep (IMAGE_PREP_SMART: exactly image_patches_into), JPEG or PNG. */
+/* image_patches_into under prep (IMAGE_PREP_SMART: exactly image_patches_into), JPEG, PNG or GIF. */
 int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const ImagePrep* prep, int p, int min_patches,
                             int max_patches, int gh, int gw, float* out, char* err, size_t err_len);
-/* One image (JPEG or PNG) as the loader preprocesses a shard's under prep, for an image that comes with no
+/* One image (JPEG, PNG or GIF) as the loader preprocesses a shard's under prep, for an image that comes with no
  * index (rrfp-mm generate): its grid from its header (image_prep_grid), then image_patches_into_prep, the
  * loader's own pipeline. *patches is malloc'd (gh*gw*3p^2 floats). Returns 0, or -1 with the reason. */
 int image_load_patches_prep(JpegCodec* c, const uint8_t* bytes, size_t n, const ImagePrep* prep, int p, int min_patches,

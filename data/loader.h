@@ -5,7 +5,7 @@
  * on across epochs forever, and it is the same for every data-parallel replica.
  *
  * Worker threads (pthreads) walk the stream ahead of the consumer: read the frame, check zstd's
- * checksum and the payload against the index, then decode each image (JPEG or PNG, data/image.h) and
+ * checksum and the payload against the index, then decode each image (JPEG, PNG or GIF, data/image.h) and
  * resize / normalise / patchify it. A damaged frame (zstd's checksum, the payload against the index)
  * is reported on stderr with shard, sample index, id and reason, skipped in the stream and counted (or,
  * with fatal_errors, ends the step with an error): every rank reads every frame, so every rank skips it.

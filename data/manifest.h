@@ -36,7 +36,7 @@ typedef enum {
     REJECT_BAD_IMAGE_FIELD,    /* "image" neither a string nor an array of strings, or too many */
     REJECT_IMAGE_TOKENS,       /* <image> tokens in the text != images in the record (or in a gpt turn) */
     REJECT_MISSING_IMAGE,      /* image file cannot be read */
-    REJECT_BAD_IMAGE,          /* not a JPEG, corrupt, truncated, CMYK, extreme aspect ratio */
+    REJECT_BAD_IMAGE,          /* not a JPEG, PNG or GIF, corrupt, truncated, extreme aspect ratio */
     REJECT_TOO_LONG,           /* more tokens than a shard entry holds */
     REJECT_OUTSIDE_IMAGES,     /* image path absolute or leading outside the images folder (pack) */
     REJECT_N

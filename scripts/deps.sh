@@ -14,6 +14,7 @@ PKGS=(
   libblis-openmp-dev libopenblas-dev      # GEMM: BLIS (default) and OpenBLAS (benchmarked against)
   libturbojpeg0-dev libjpeg62-turbo-dev   # JPEG decode/encode
   libpng-dev                              # PNG decode (pack, loader, generate)
+  libgif-dev                              # GIF decode (pack, loader, generate)
   libzstd-dev zstd                        # shard frames
   libopenmpi-dev openmpi-bin              # pipeline / data parallel transport
   libcjson-dev libpcre2-dev   # manifests/JSON, tokenizer split regex
@@ -24,7 +25,7 @@ PKGS=(
 )
 # make demo: the CPU build (CMakeLists.txt's REQUIRED packages with BLIS) and the summary's python3
 PKGS_DEMO=(
-  build-essential cmake pkg-config libblis-openmp-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+  build-essential cmake pkg-config libblis-openmp-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libgif-dev
   libzstd-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev python3
 )
 

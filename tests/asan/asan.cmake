@@ -33,7 +33,7 @@ set(RRFP_ASAN_TESTS
     report_unit safetensors_selftest safetensors_read checkpoint_unit recipe_unit data_packing_quality vit_lora_fd
     layout_fit_chain
     # input handling and the command line
-    data_roundtrip data_pack_errors data_pack_workers data_anyres_ref data_anyres_pillow tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
+    data_roundtrip data_pack_errors data_pack_workers data_anyres_ref data_anyres_pillow data_cmyk_gif tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
     recipe_cli_bad_key recipe_cli_bad_set recipe_print_roundtrip recipe_dry_run_7b tensors_diff sched_cli trace_steps
     cli_help cli_unknown_command cli_version cli_contract cli_first_mistakes train_guard_lock train_guard_memory train_guard_stale
     train_guard_threads train_guard_demo train_freeze_bad_key train_init_from_missing train_tp_refused

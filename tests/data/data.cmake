@@ -73,3 +73,11 @@ target_link_libraries(test_anyres_loader PRIVATE rrfp_core)
 add_test(NAME pack_anyres COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pack_anyres.py $<TARGET_FILE:rrfp-mm>
          $<TARGET_FILE:test_anyres_loader> ${CMAKE_CURRENT_BINARY_DIR}/pack_anyres)
 set_tests_properties(pack_anyres PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)
+# CMYK / YCCK JPEGs and GIFs (data/image.c, data/gif.c) against Pillow's convert("RGB") byte for byte, at every DCT
+# scale for the JPEGs; then pack (smart and llava) -> shards -> the loader's patches (tests/data/test_image_loader.c)
+# equal to those of PNG twins holding Pillow's bytes; damaged GIFs and a cut CMYK JPEG refused and named by pack
+add_executable(test_image_loader tests/data/test_image_loader.c)
+target_link_libraries(test_image_loader PRIVATE rrfp_core)
+add_test(NAME data_cmyk_gif COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_cmyk_gif.py $<TARGET_FILE:data_image_tool>
+         $<TARGET_FILE:test_image_loader> $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_cmyk_gif)
+set_tests_properties(data_cmyk_gif PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

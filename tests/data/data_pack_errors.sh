@@ -24,8 +24,11 @@ d = sys.argv[1]
 im = Image.open(d + "/rocket.jpg").convert("RGB")
 im.convert("L").save(d + "/grey.jpg", quality=90)
 im.resize((320, 214)).save(d + "/prog.jpg", quality=85, progressive=True)
-im.resize((64, 43)).save(d + "/gif.jpg", format="GIF")          # a GIF named .jpg (PNGs are read: tests/data/data_png.py)
-im.resize((64, 43)).convert("CMYK").save(d + "/cmyk.jpg", quality=90)
+im.resize((64, 43)).save(d + "/bmp.jpg", format="BMP")          # a BMP named .jpg (PNGs, GIFs and CMYK JPEGs are read:
+                                                                # tests/data/data_png.py, data_cmyk_gif.py)
+im.resize((64, 43)).save(d + "/cut.gif", format="GIF")
+gif = open(d + "/cut.gif", "rb").read()
+open(d + "/cutgif.jpg", "wb").write(gif[:len(gif) // 2])        # a GIF named .jpg, cut inside its image data
 assert Image.open(d + "/prog.jpg").info.get("progressive")
 PYEND
 /usr/bin/python3 "$(dirname "$0")/bad_jpegs.py" "$W/img/rocket.jpg" "$W/img" || fail "bad_jpegs.py"
@@ -43,13 +46,13 @@ JSONEND
 cp "$W/good.jsonl" "$W/all.jsonl"
 cat >> "$W/all.jsonl" <<JSONEND
 {"id":"trunc","image":"truncated.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
-{"id":"gif","image":"gif.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"bmp","image":"bmp.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
 {"id":"missing","image":"nope.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
 {"id":"empty","image":"rocket.jpg","conversations":[]}
 {"id":"broken", "conversations": [
 {"id":"noanswer","conversations":[$H"hello"}]}
 {"id":"mismatch","image":"rocket.jpg","conversations":[$H"What?"},$G"x"}]}
-{"id":"cmyk","image":"cmyk.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"cutgif","image":"cutgif.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
 {"id":"badturn","conversations":[{"from":"system","value":"be nice"},$G"x"}]}
 JSONEND
 "$BIN" tokenizer train --vocab 300 --manifest "$W/good.jsonl" --out "$W/tok.json" >/dev/null 2>&1 || fail "tokenizer train"
@@ -76,13 +79,13 @@ cat "$W/pack.log"
 M="$W/all.jsonl"
 expect() { grep -qF -- "$1" "$W/pack.log" || fail "pack log lacks: $1"; }
 expect "$M:8: record 'trunc' rejected (bad_image)"
-expect "$M:9: record 'gif' rejected (bad_image): image '$W/img/gif.jpg': not a JPEG or PNG (does not start with the JPEG marker ff d8: a GIF file)"
+expect "$M:9: record 'bmp' rejected (bad_image): image '$W/img/bmp.jpg': not a JPEG, PNG or GIF (does not start with the JPEG marker ff d8: a BMP file)"
 expect "$M:10: record 'missing' rejected (missing_image): image '$W/img/nope.jpg': No such file or directory"
 expect "$M:11: record 'empty' rejected (empty_conversation)"
 expect "$M:12: record '?' rejected (bad_json): invalid JSON at column"
 expect "$M:13: record 'noanswer' rejected (no_answer)"
 expect "$M:14: record 'mismatch' rejected (image_tokens): 1 image in \"image\" but 0 <image> tokens"
-expect "$M:15: record 'cmyk' rejected (bad_image): image '$W/img/cmyk.jpg'"   # CMYK: libjpeg-turbo 2.1 fails its header
+expect "$M:15: record 'cutgif' rejected (bad_image): image '$W/img/cutgif.jpg': corrupt GIF: in its first frame's image data: the file is cut short"
 expect "$M:16: record 'badturn' rejected (bad_turn): turn 0: \"from\" is \"system\""
 expect "read 16 records, packed 7 into"
 expect "rejected 9: bad_json 1, empty_conversation 1, bad_turn 1, no_answer 1, image_tokens 1, missing_image 1, bad_image 3"
@@ -116,7 +119,7 @@ rc=$?
 
 # Image paths leading outside --images (.., absolute, a symbolic link) reject their record naming the
 # sample and the path, and no message ever quotes a file's bytes (/etc/passwd's "root"); with
-# --allow-outside-images they are read (and /etc/passwd is "not a JPEG or PNG", still unquoted).
+# --allow-outside-images they are read (and /etc/passwd is "not a JPEG, PNG or GIF", still unquoted).
 cp "$W/img/rocket.jpg" "$W/outside.jpg"
 ln -sf ../outside.jpg "$W/img/link.jpg"
 esc() { echo "{\"id\":\"$1\",\"image\":\"$2\",\"conversations\":[$H\"<image>\\nWhat?\"},$G\"a rocket\"}]}"; }
@@ -146,7 +149,7 @@ done
     2>"$W/escape2.log"
 rc=$?
 [ $rc = 0 ] || fail "pack --allow-outside-images: exit $rc"
-for x in "4: record 'passwd' rejected (bad_image): image '/etc/passwd': not a JPEG or PNG (does not start with the JPEG marker ff d8)" \
+for x in "4: record 'passwd' rejected (bad_image): image '/etc/passwd': not a JPEG, PNG or GIF (does not start with the JPEG marker ff d8)" \
     "read 13 records, packed 10 into 1 shard" "rejected 3: missing_image 1, bad_image 2"; do
     grep -qF -- "$x" "$W/escape2.log" || fail "--allow-outside-images log lacks: $x"
 done

@@ -1,6 +1,7 @@
-/* fuzz_image.c — libFuzzer target for the image path the loader runs on every JPEG (data/image.c):
- * header, smart_resize grid, DCT-scaled decode, the streamed resize and patchify. libjpeg-turbo is
- * fuzzed upstream; what this holds to account is our code on whatever sizes a JPEG can declare
+/* fuzz_image.c — libFuzzer target for the image path the loader runs on every image (data/image.c,
+ * data/png.c, data/gif.c): header, smart_resize grid, decode (DCT-scaled JPEG, CMYK included; PNG; a
+ * GIF's first frame on its screen), the streamed resize and patchify. libjpeg-turbo, libpng and giflib
+ * are fuzzed upstream; what this holds to account is our code on whatever sizes an image can declare
  * (1 x 65500, 3 x 2, ...): no out-of-bounds access, patches always finite and in [-1, 1]. And a bad
  * JPEG costs only itself: after every input, accepted or not, the same codec must decode a known good
  * JPEG to exactly the patches a fresh codec gives (libjpeg-turbo 2.1 left its handle broken after a
@@ -60,7 +61,8 @@ static void one_input(const uint8_t* data, size_t size) {
     const int* st = settings[data[0] & 3];
     int w, h;
     char err[256];
-    if (jpeg_read_header(jc, data + 1, size - 1, &w, &h, err, sizeof err) != 0) return;
+    /* any format pack accepts (JPEG, PNG, GIF): each reaches its own decoder */
+    if (image_read_header(jc, data + 1, size - 1, &w, &h, err, sizeof err) != 0) return;
     if ((double)w * h > 4e6) return; /* the decode buffer, not our code, would dominate */
     float* pt;
     int gh, gw;

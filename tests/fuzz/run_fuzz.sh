@@ -26,8 +26,8 @@ if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
     exit 77
 fi
 "$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/data/anyres.c" "$SRC/engine/util.c" $LIBS || exit 1
-"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/data/anyres.c" "$SRC/data/image_anyres.c" "$SRC/engine/util.c" $LIBS \
-    $(pkg-config --libs libturbojpeg libpng16) || exit 1
+"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/data/gif.c" "$SRC/data/anyres.c" "$SRC/data/image_anyres.c" "$SRC/engine/util.c" $LIBS \
+    $(pkg-config --libs libturbojpeg libpng16 libgif) || exit 1
 "$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/data/template.c" "$SRC/engine/util.c" \
     $TEXT_SRCS $LIBS || exit 1
 
@@ -64,7 +64,7 @@ for f in $(ls "$W/demo/images"/*.jpg | head -8); do
 done
 
 # and JPEGs of extreme shapes (1x1, 1x700, 700x1, 3x2, 17x999), each with every settings byte
-/usr/bin/python3 - "$W/corpus_image" <<'PYEND' || echo "(no extreme-shape seeds: python3-pil missing)"
+/usr/bin/python3 - "$W/corpus_image" "$SRC/tests/data" <<'PYEND' || echo "(no extreme-shape seeds: python3-pil missing)"
 import io, sys
 from PIL import Image
 for w, h in [(1, 1), (1, 700), (700, 1), (3, 2), (17, 999), (640, 9)]:
@@ -77,6 +77,27 @@ for mode, w, h in [("RGB", 5, 7), ("P", 9, 4), ("LA", 3, 300)]:
     b = io.BytesIO()
     Image.new(mode, (w, h)).save(b, "PNG", **({"transparency": 0} if mode == "P" else {}))
     open("%s/png_%s_%dx%d" % (sys.argv[1], mode, w, h), "wb").write(bytes([1]) + b.getvalue())
+# CMYK and YCCK-free CMYK JPEGs (data/image.c: inverted, Pillow's cmyk2rgb), plain and progressive
+for prog, w, h in [(False, 13, 9), (True, 40, 3)]:
+    b = io.BytesIO()
+    Image.new("CMYK", (w, h), (20, 90, 200, 60)).save(b, "JPEG", quality=80, progressive=prog)
+    open("%s/cmyk_%dx%d" % (sys.argv[1], w, h), "wb").write(bytes([0]) + b.getvalue())
+# GIFs (data/gif.c): Pillow's own (real LZW, interlaced, animated) and tests/data/gif_build.py's (a frame off
+# the screen, transparency, a local table, no table, a zero-size screen)
+sys.path.insert(0, sys.argv[2])
+import gif_build
+im = Image.new("RGB", (21, 17), (200, 30, 90)).quantize(colors=8)
+for name, kw in (("plain", {"interlace": False}), ("interlaced", {"interlace": True}),
+                 ("animated", {"save_all": True, "append_images": [im.transpose(Image.FLIP_LEFT_RIGHT)]})):
+    b = io.BytesIO()
+    im.save(b, "GIF", **kw)
+    open("%s/gif_%s" % (sys.argv[1], name), "wb").write(bytes([2]) + b.getvalue())
+pal = bytes(range(30))
+rows = [[(x * 3 + y) % 12 for x in range(9)] for y in range(7)]
+for name, g in (("offset_trns", gif_build.gif(20, 15, [dict(x=4, y=5, w=9, h=7, px=rows, trns=3)], gpal=pal)),
+                ("local_grow", gif_build.gif(5, 5, [dict(x=2, y=1, w=9, h=7, px=rows, lpal=pal[:12], interlace=True)], gpal=pal)),
+                ("no_table_zero_screen", gif_build.gif(0, 0, [dict(x=0, y=0, w=9, h=7, px=rows, min_bits=4)]))):
+    open("%s/gif_%s" % (sys.argv[1], name), "wb").write(bytes([3]) + g)
 PYEND
 
 # regression seeds: damaged JPEGs made from a small demo JPEG, each behind every settings byte
@@ -91,7 +112,7 @@ else
 fi
 
 rc=0
-echo "fuzz_image: $(ls "$W/corpus_image" | wc -l) seed JPEGs, ${T}s"
+echo "fuzz_image: $(ls "$W/corpus_image" | wc -l) seed images (JPEG, PNG, GIF), ${T}s"
 "$W/fuzz_image" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -artifact_prefix="$W/" -print_final_stats=1 \
     "$W/corpus_image" >"$W/fuzz_image.log" 2>&1 || rc=1
 tail -n 4 "$W/fuzz_image.log"
