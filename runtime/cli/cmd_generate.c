@@ -75,7 +75,7 @@ static uint8_t* generate_read_image(const char* path, size_t* n, char* err, size
     if (!b) {
         char why[160];
         snprintf(err, err_len, "%s: cannot read: %s", path,
-                 rr_read_file_why(errno, "an image file (JPEG or PNG)", why, sizeof why));
+                 rr_read_file_why(errno, "an image file (JPEG, PNG or GIF)", why, sizeof why));
         return NULL;
     }
     return b;

@@ -18,7 +18,7 @@ static const CliCommand commands[] = {
     {"sim", cmd_sim, "simulate a pipeline step: hint x dispatch mode on a virtual clock"},
     {"trace", cmd_trace, "merge per-rank Chrome traces and draw an SVG timeline"},
     {"demo-data", cmd_demo_data, "write the demo data set: coloured-shape scenes, questions, held-out split"},
-    {"pack", cmd_pack, "pack a LLaVA manifest and its JPEG and PNG images into .rrs shards"},
+    {"pack", cmd_pack, "pack a LLaVA manifest and its JPEG, PNG and GIF images into .rrs shards"},
     {"import", cmd_import, "import a Hugging Face Llama LM, LLaVA or CLIP tower as a checkpoint for train.init_from"},
     {"export", cmd_export, "export a checkpoint as a Hugging Face LlavaForConditionalGeneration folder"},
     {"report", cmd_report, "one self-contained HTML page of a run: curves, recipe, timeline, held-out answers"},

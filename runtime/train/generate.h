@@ -48,7 +48,7 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len);
 void generator_free(Generator* g);
 
 /* The answer to `human` (one human turn's text; "<image>" marks where each image goes: without one, an
- * image is put first, "<image>\n" + text, as LLaVA does) about n_images images (JPEG or PNG bytes). *answer:
+ * image is put first, "<image>\n" + text, as LLaVA does) about n_images images (JPEG, PNG or GIF bytes). *answer:
  * the decoded answer (malloc'd, without the end of turn and the template's leading space). Returns 0, or
  * -1 with a message naming the image or the prompt. */
 int generator_answer(Generator* g, const char* human, const uint8_t* const* jpeg, const size_t* jpeg_len, int n_images,
