@@ -66,9 +66,9 @@ static const char* ck_value_kind(float x) { return isnan(x) ? "a NaN" : isinf(x)
 /* The checksum of a tensor's bytes as stored in the metadata: "xxh64.<name>" -> 16 hex digits. */
 static void ck_checksum_key(char* key, size_t n, const char* name) { snprintf(key, n, "xxh64.%s", name); }
 
-/* Add one F32 tensor and its checksum to w, after checking its values. */
-static int ck_add_checked(StWriter* w, const ParamSpec* s, const char* name, const float* x, int nonneg, int64_t step,
-                          char* err, size_t err_len) {
+/* Check one F32 tensor's values and put its checksum in w's metadata; *hash gets the checksum. */
+static int ck_check_and_hash(StWriter* w, const ParamSpec* s, const char* name, const float* x, int nonneg,
+                             int64_t step, uint64_t* hash, char* err, size_t err_len) {
     int64_t bad = ck_bad_value(x, s->numel, nonneg);
     if (bad >= 0) {
         rr_fail(err, err_len, "refusing to write the checkpoint of step %lld: tensor '%s' holds %s value (%g at "
@@ -78,9 +78,64 @@ static int ck_add_checked(StWriter* w, const ParamSpec* s, const char* name, con
     }
     char key[200], hx[24];
     ck_checksum_key(key, sizeof key, name);
-    snprintf(hx, sizeof hx, "%016" PRIx64, rr_xxh64(x, s->numel * sizeof(float), 0));
-    st_writer_add(w, name, DTYPE_F32, s->ndim, s->shape, x);
+    *hash = rr_xxh64(x, s->numel * sizeof(float), 0);
+    snprintf(hx, sizeof hx, "%016" PRIx64, *hash);
     st_writer_meta(w, key, hx);
+    return 0;
+}
+
+/* Add one F32 tensor and its checksum to w, after checking its values. */
+static int ck_add_checked(StWriter* w, const ParamSpec* s, const char* name, const float* x, int nonneg, int64_t step,
+                          char* err, size_t err_len) {
+    uint64_t hash;
+    if (ck_check_and_hash(w, s, name, x, nonneg, step, &hash, err, err_len) != 0) return -1;
+    st_writer_add(w, name, DTYPE_F32, s->ndim, s->shape, x);
+    return 0;
+}
+
+/* A tensor of a table whose values are not in host memory as one f32 block (a device's, or a bf16 run's
+ * master-less frozen tensors): copied to the host one tensor at a time, once to check and hash it, and again
+ * as its file is written (st_writer_defer), its checksum compared with the first copy's. The host then holds
+ * one tensor, not the model and its two moments. */
+typedef struct {
+    const ParamTable* pt;
+    int i;        /* the spec */
+    int what;     /* 0 the values, 1 AdamW's m, 2 its v */
+    uint64_t hash; /* of the first copy */
+    const char* name;
+} CkDeferred;
+
+static void ck_tensor_to_host(const ParamTable* pt, int i, int what, float* dst) {
+    const ParamSpec* s = &pt->specs[i];
+    const float* block = what == 1 ? pt->m : what == 2 ? pt->v : NULL;
+    if (what == 0) {
+        if (params_lean(pt)) params_values_to_host(pt, i, dst); /* a frozen tensor of a bf16 run: its bf16 values */
+        else pt->be->dev->copy_d2h(pt->be, dst, pt->data + s->offset, s->numel * sizeof(float));
+    } else if (!block) {
+        memset(dst, 0, s->numel * sizeof(float)); /* no moments allocated: zeros, as a fresh optimizer's */
+    } else {
+        pt->be->dev->copy_d2h(pt->be, dst, block + s->goff, s->numel * sizeof(float));
+    }
+}
+
+static int ck_fill(void* ctx, void* buf, char* err, size_t err_len) {
+    const CkDeferred* d = ctx;
+    const ParamSpec* s = &d->pt->specs[d->i];
+    ck_tensor_to_host(d->pt, d->i, d->what, buf);
+    if (rr_xxh64(buf, s->numel * sizeof(float), 0) != d->hash)
+        return rr_fail(err, err_len, "tensor '%s' changed while its checkpoint was written", d->name);
+    return 0;
+}
+
+/* Check, hash and add tensor i's values (what 0) or moment (1, 2) to w, deferred (CkDeferred). */
+static int ck_add_deferred(StWriter* w, CkDeferred* d, const ParamTable* pt, int i, int what, const char* name,
+                           float* scratch, int64_t step, char* err, size_t err_len) {
+    const ParamSpec* s = &pt->specs[i];
+    *d = (CkDeferred){.pt = pt, .i = i, .what = what, .name = NULL};
+    ck_tensor_to_host(pt, i, what, scratch);
+    if (ck_check_and_hash(w, s, name, scratch, what == 2, step, &d->hash, err, err_len) != 0) return -1;
+    st_writer_add(w, name, DTYPE_F32, s->ndim, s->shape, scratch); /* the bytes come from ck_fill */
+    st_writer_defer(w, name, ck_fill, d);
     return 0;
 }
 
@@ -133,11 +188,30 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
     char path[4200];
     int own_d, own_m, own_v;
     rr_test_pause("RRFP_TEST_CKPT_SLEEP_MS"); /* tests only: a fault aimed at a checkpoint write lands in it */
-    float* data = params_host_values(pt, &own_d); /* a frozen tensor of a bf16 run: its bf16 values, exactly */
-    float* m = ck_host_view(pt, pt->m, pt->gtotal, &own_m);
-    float* v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
+    /* on the host as one f32 block (the CPU backend, or a table without a backend: the distributed optimizer's
+     * gathered host copies): written from where it is; else one tensor at a time */
+    int deferred = pt->be && (!ck_on_host(pt) || params_lean(pt));
+    float* data = NULL;
+    float* m = NULL;
+    float* v = NULL;
     float* zeros = NULL;
-    if (!m || !v) zeros = callocCheck(pt->gtotal ? pt->gtotal : 1, sizeof(float));
+    float* scratch = NULL;
+    CkDeferred* defs = NULL;
+    char* names = NULL; /* the deferred tensors' names, 3 per spec */
+    own_d = own_m = own_v = 0;
+    if (deferred) {
+        size_t largest = 1;
+        for (int i = 0; i < pt->n; i++)
+            if (pt->specs[i].numel > largest) largest = pt->specs[i].numel;
+        scratch = mallocCheck(largest * sizeof(float));
+        defs = callocCheck((size_t)pt->n * 3 + 1, sizeof *defs);
+        names = callocCheck((size_t)pt->n * 3 + 1, 160);
+    } else {
+        data = params_host_values(pt, &own_d);
+        m = ck_host_view(pt, pt->m, pt->gtotal, &own_m);
+        v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
+        if (!m || !v) zeros = callocCheck(pt->gtotal ? pt->gtotal : 1, sizeof(float));
+    }
     StWriter* w = st_writer_new();
     StWriter* wo = st_writer_new();
     st_writer_meta(w, "format", "rrfp-mm");
@@ -152,23 +226,23 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
         if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
         if (s->shared_copy) continue; /* the stage that owns it writes it */
         int sliced = params_slice_format(s, sval, sizeof sval);
-        rc = ck_add_checked(w, s, s->name, data + s->offset, 0, step, err, err_len);
-        if (sliced) {
-            snprintf(skey, sizeof skey, "slice.%s", s->name);
-            st_writer_meta(w, skey, sval);
-        }
-        if (s->frozen) continue; /* a frozen tensor has no AdamW state */
-        snprintf(name, sizeof name, "m.%s", s->name);
-        if (rc == 0) rc = ck_add_checked(wo, s, name, (m ? m : zeros) + s->goff, 0, step, err, err_len);
-        if (sliced) {
-            snprintf(skey, sizeof skey, "slice.%s", name);
-            st_writer_meta(wo, skey, sval);
-        }
-        snprintf(name, sizeof name, "v.%s", s->name);
-        if (rc == 0) rc = ck_add_checked(wo, s, name, (v ? v : zeros) + s->goff, 1, step, err, err_len);
-        if (sliced) {
-            snprintf(skey, sizeof skey, "slice.%s", name);
-            st_writer_meta(wo, skey, sval);
+        for (int what = 0; what < 3 && rc == 0; what++) {
+            if (what == 1 && s->frozen) break; /* a frozen tensor has no AdamW state */
+            snprintf(name, sizeof name, "%s%s", what == 1 ? "m." : what == 2 ? "v." : "", s->name);
+            StWriter* to = what ? wo : w;
+            if (deferred) {
+                char* nm = names + (size_t)(3 * i + what) * 160;
+                snprintf(nm, 160, "%s", name);
+                rc = ck_add_deferred(to, &defs[3 * i + what], pt, i, what, nm, scratch, step, err, err_len);
+                defs[3 * i + what].name = nm;
+            } else {
+                const float* x = what == 0 ? data + s->offset : (what == 1 ? (m ? m : zeros) : (v ? v : zeros)) + s->goff;
+                rc = ck_add_checked(to, s, name, x, what == 2, step, err, err_len);
+            }
+            if (sliced) {
+                snprintf(skey, sizeof skey, "slice.%s", name);
+                st_writer_meta(to, skey, sval);
+            }
         }
     }
     void* quant = params_quant_st_add(w, pt); /* QLoRA's NF4 base weights, as trained on */
@@ -185,6 +259,9 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
     if (own_m) free(m);
     if (own_v) free(v);
     free(zeros);
+    free(scratch);
+    free(defs);
+    free(names);
     return rc;
 }
 

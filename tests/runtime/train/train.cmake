@@ -288,7 +288,8 @@ set_tests_properties(init_from_memory PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RET
 # each peak bounded by the copies of the model it must hold (tests/runtime/train/whole_model_memory.sh).
 add_test(NAME whole_model_memory
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "whole model memory: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/whole_model_memory.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/whole_model_memory)
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/whole_model_memory
+                 $<TARGET_FILE:rrfp-mm-emu>)
 set_tests_properties(whole_model_memory PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 # Tensor parallelism (tests/runtime/train/tp_train.sh): one step's loss and every global gradient against one process,
 # for (pp, tp, dp) x hints x modes, the dump reassembled, resume across layouts. 8 ranks share 2 cores.

@@ -14,9 +14,11 @@
 #   merged: peak(export hf of a LoRA run) <= model + 2 x largest + 16 MiB (was 3 x model, then 2: the merged copies)
 #   import: peak(import llava) <= 2 x largest + 16 MiB                    (was 2 x model: the shard converted, then
 #           a copy of the file; one model with the shard held whole)
-# Usage: whole_model_memory.sh RRFP_MM RECIPE WORKDIR
+#   device: the save's bound with runtime.backend = cuda on the emulated device (RRFP_MM_EMU), 2 LM layers: the
+#           values and both moments are copied to the host a tensor at a time as the files are written (was 3 x model)
+# Usage: whole_model_memory.sh RRFP_MM RECIPE WORKDIR [RRFP_MM_EMU]
 set -uo pipefail
-BIN=$1 RECIPE=$2 W=$3
+BIN=$1 RECIPE=$2 W=$3 EMU=${4:-}
 rm -rf "$W" && mkdir -p "$W"
 fail() { echo "FAIL: $*"; exit 1; }
 if ldd "$BIN" 2>/dev/null | grep -q 'libasan'; then
@@ -57,6 +59,19 @@ largest=$(/usr/bin/python3 -c 'import json, struct, sys
 b = open(sys.argv[1], "rb"); n = struct.unpack("<Q", b.read(8))[0]; h = json.loads(b.read(n)); h.pop("__metadata__", None)
 print(max(v["data_offsets"][1] - v["data_offsets"][0] for v in h.values()) // 1024)' "$CK/model.safetensors")
 echo "model file $model KiB, largest tensor $largest KiB; peaks (KiB): train $train, train + checkpoints $save, eval $ev, export hf $ex, import llava $im, export hf of the LoRA run $lm"
+if [ -n "$EMU" ]; then # 2 LM layers (a model file of about 27 MB): the emulated device is slow to copy to and from
+  D=("${M[@]}" --set model.text_layers=2 --set runtime.backend=cuda)
+  dtrain=$(peak device_train "$EMU" train "$RECIPE" "${D[@]}" --set train.checkpoint_every=-1 \
+           --set train.run_dir="$W/device_nosave") || exit 1
+  dsave=$(peak device_save "$EMU" train "$RECIPE" "${D[@]}" --set train.run_dir="$W/device_run") || exit 1
+  DCK="$W/device_run/checkpoints/step-00000001"
+  [ -f "$DCK/optimizer.safetensors" ] || fail "no checkpoint written on the device"
+  dmodel=$(( $(stat -c %s "$DCK/model.safetensors") / 1024 ))
+  echo "on the emulated device: model file $dmodel KiB; peaks (KiB): train $dtrain, train + checkpoints $dsave"
+  [ "$dmodel" -gt $(( largest + MARGIN )) ] || fail "the device's model ($dmodel KiB) is too small to tell a copy of it from the margin"
+  [ $(( dsave - dtrain )) -le $(( largest + MARGIN )) ] \
+    || fail "a checkpoint save on the device grew the peak by $(( dsave - dtrain )) KiB, over the largest tensor ($largest KiB) + $MARGIN KiB (the model: $dmodel KiB; host copies of the values and moments: 3 x model)"
+fi
 [ "$model" -gt $(( 2 * (largest + MARGIN) )) ] || fail "the model ($model KiB) is too small to tell a copy of it from the margin"
 [ $(( save - train )) -le $(( largest + MARGIN )) ] \
   || fail "a checkpoint save grew the peak by $(( save - train )) KiB, over the largest tensor ($largest KiB) + $MARGIN KiB (the model: $model KiB)"
