@@ -32,17 +32,6 @@ void checkpoint_state_free(CheckpointState* st) {
 
 static int ck_on_host(const ParamTable* pt) { return !pt->be || pt->be->dev->host_addressable; }
 
-/* A host copy of one of pt's blocks (or the block itself on the CPU backend). */
-static float* ck_host_view(const ParamTable* pt, const float* block, size_t n, int* owned) {
-    *owned = 0;
-    if (!block) return NULL;
-    if (ck_on_host(pt)) return (float*)block;
-    float* h = mallocCheck((n ? n : 1) * sizeof(float));
-    pt->be->dev->copy_d2h(pt->be, h, block, n * sizeof(float));
-    *owned = 1;
-    return h;
-}
-
 static void ck_file_name(char* out, size_t n, const char* dir, const char* base, const char* shard) {
     if (shard) snprintf(out, n, "%s/%s.%s.safetensors", dir, base, shard);
     else snprintf(out, n, "%s/%s.safetensors", dir, base);
@@ -102,7 +91,7 @@ typedef struct {
     int i;        /* the spec */
     int what;     /* 0 the values, 1 AdamW's m, 2 its v */
     uint64_t hash; /* of the first copy */
-    const char* name;
+    char name[160];
 } CkDeferred;
 
 static void ck_tensor_to_host(const ParamTable* pt, int i, int what, float* dst) {
@@ -131,11 +120,12 @@ static int ck_fill(void* ctx, void* buf, char* err, size_t err_len) {
 static int ck_add_deferred(StWriter* w, CkDeferred* d, const ParamTable* pt, int i, int what, const char* name,
                            float* scratch, int64_t step, char* err, size_t err_len) {
     const ParamSpec* s = &pt->specs[i];
-    *d = (CkDeferred){.pt = pt, .i = i, .what = what, .name = NULL};
+    *d = (CkDeferred){.pt = pt, .i = i, .what = what};
+    snprintf(d->name, sizeof d->name, "%s", name);
     ck_tensor_to_host(pt, i, what, scratch);
-    if (ck_check_and_hash(w, s, name, scratch, what == 2, step, &d->hash, err, err_len) != 0) return -1;
-    st_writer_add(w, name, DTYPE_F32, s->ndim, s->shape, scratch); /* the bytes come from ck_fill */
-    st_writer_defer(w, name, ck_fill, d);
+    if (ck_check_and_hash(w, s, d->name, scratch, what == 2, step, &d->hash, err, err_len) != 0) return -1;
+    st_writer_add(w, d->name, DTYPE_F32, s->ndim, s->shape, scratch); /* the bytes come from ck_fill */
+    st_writer_defer(w, d->name, ck_fill, d);
     return 0;
 }
 
@@ -186,31 +176,24 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
                             char* err, size_t err_len) {
     int64_t step = st->step;
     char path[4200];
-    int own_d, own_m, own_v;
     rr_test_pause("RRFP_TEST_CKPT_SLEEP_MS"); /* tests only: a fault aimed at a checkpoint write lands in it */
     /* on the host as one f32 block (the CPU backend, or a table without a backend: the distributed optimizer's
      * gathered host copies): written from where it is; else one tensor at a time */
     int deferred = pt->be && (!ck_on_host(pt) || params_lean(pt));
-    float* data = NULL;
-    float* m = NULL;
-    float* v = NULL;
+    const float* data = pt->data; /* the undeferred case: every block where it lies */
+    const float* m = pt->m;
+    const float* v = pt->v;
     float* zeros = NULL;
     float* scratch = NULL;
     CkDeferred* defs = NULL;
-    char* names = NULL; /* the deferred tensors' names, 3 per spec */
-    own_d = own_m = own_v = 0;
     if (deferred) {
         size_t largest = 1;
         for (int i = 0; i < pt->n; i++)
             if (pt->specs[i].numel > largest) largest = pt->specs[i].numel;
         scratch = mallocCheck(largest * sizeof(float));
         defs = callocCheck((size_t)pt->n * 3 + 1, sizeof *defs);
-        names = callocCheck((size_t)pt->n * 3 + 1, 160);
-    } else {
-        data = params_host_values(pt, &own_d);
-        m = ck_host_view(pt, pt->m, pt->gtotal, &own_m);
-        v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
-        if (!m || !v) zeros = callocCheck(pt->gtotal ? pt->gtotal : 1, sizeof(float));
+    } else if (!m || !v) {
+        zeros = callocCheck(pt->gtotal ? pt->gtotal : 1, sizeof(float));
     }
     StWriter* w = st_writer_new();
     StWriter* wo = st_writer_new();
@@ -231,10 +214,7 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
             snprintf(name, sizeof name, "%s%s", what == 1 ? "m." : what == 2 ? "v." : "", s->name);
             StWriter* to = what ? wo : w;
             if (deferred) {
-                char* nm = names + (size_t)(3 * i + what) * 160;
-                snprintf(nm, 160, "%s", name);
-                rc = ck_add_deferred(to, &defs[3 * i + what], pt, i, what, nm, scratch, step, err, err_len);
-                defs[3 * i + what].name = nm;
+                rc = ck_add_deferred(to, &defs[3 * i + what], pt, i, what, name, scratch, step, err, err_len);
             } else {
                 const float* x = what == 0 ? data + s->offset : (what == 1 ? (m ? m : zeros) : (v ? v : zeros)) + s->goff;
                 rc = ck_add_checked(to, s, name, x, what == 2, step, err, err_len);
@@ -255,13 +235,9 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
     }
     st_writer_free(w);
     st_writer_free(wo);
-    if (own_d) free(data);
-    if (own_m) free(m);
-    if (own_v) free(v);
     free(zeros);
     free(scratch);
     free(defs);
-    free(names);
     return rc;
 }
 
