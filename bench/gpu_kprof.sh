@@ -29,7 +29,7 @@ read -r N1 N2 <<< "${GPU_KPROF_STEPS:-4 14}"
 for stage in $STAGES; do
   case $stage in lm | vit | stage0) ;; *) echo "gpu_kprof.sh: unknown stage '$stage' (lm, vit, stage0)" >&2; exit 2 ;; esac
 done
-if ! "$EXE" version 2>&1 | grep -q "^backends: cpu, cuda"; then
+if ! grep -q "^backends: cpu, cuda" <<<"$("$EXE" version 2>&1)"; then
   echo "gpu_kprof.sh: not measured: no GPU ($("$EXE" version 2>&1 | grep -i cuda | head -1))"
   exit 0
 fi

@@ -104,7 +104,7 @@ for stage in $STAGES; do
 done
 
 echo "== device figures"
-if ! "$EXE" version 2>&1 | grep -q "^backends: cpu, cuda"; then
+if ! grep -q "^backends: cpu, cuda" <<<"$("$EXE" version 2>&1)"; then
   why=$("$EXE" version 2>&1 | grep -i cuda | head -1)
   for stage in $STAGES; do
     echo "$stage stage: ours, PyTorch eager / compile (with and without AdamW), GEMM bound: not measured: no GPU ($why)"

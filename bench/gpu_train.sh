@@ -134,7 +134,7 @@ fi
 
 echo "== runs"
 DEVICE=
-if "$EXE" version 2>&1 | grep -q "^backends: cpu, cuda" && command -v nvidia-smi > /dev/null; then
+if grep -q "^backends: cpu, cuda" <<<"$("$EXE" version 2>&1)" && command -v nvidia-smi > /dev/null; then
   DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 fi
 if [ -n "$DEVICE" ]; then

@@ -38,7 +38,7 @@ K[export_lora]=$(peak export_lora "$B" export hf --checkpoint "$W/lora/checkpoin
 G=("${S[@]}" --set data.shards="$W/shards" --set data.tokenizer="$W/tok.json" --set data.microbatch_tokens=512
    --set data.min_patches=4 --set train.steps=1)
 "$B" train recipes/llava.ini "${G[@]}" --set train.run_dir="$W/gen" >"$W/gen_train.log" 2>&1 || { cat "$W/gen_train.log"; exit 1; }
-IMG=$(ls "$W"/d/images | head -1)
+IMG=$(cd "$W"/d/images && printf "%s\n" * | sort | sed -n 1p)
 K[generate]=$(peak generate "$B" generate recipes/llava.ini "${G[@]}" --set train.run_dir="$W/gen" --checkpoint latest \
   --image "$W/d/images/$IMG" --prompt "What colour is it?" --max-new-tokens 8)
 MODEL=$(stat -c %s "$CK/model.safetensors")

@@ -31,7 +31,7 @@ TYPES=count_all,lone_colour,colour
 T0=$SECONDS
 # each part says how long the demo has run so far (make demo's set-up and build are before T0)
 part() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)); }
-has() { "$EXE" --help 2>/dev/null | grep -qE "^  $1 "; }
+has() { grep -qE "^  $1 " <<<"$("$EXE" --help 2>/dev/null)"; }
 
 if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
   STAMP="square flat types $TYPES questions 1 samples $SAMPLES heldout $HELDOUT"

@@ -46,7 +46,7 @@ missing=()
 # node + npm (Hugging Face tokenizers peer test, tests/support/node): Debian's nodejs unless a node is present.
 [ "$demo" = 1 ] || command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing+=("$p")
 done
 if [ "$browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$check" = 0 ] && [ "$(id -u)" = 0 ]; then

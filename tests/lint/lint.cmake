@@ -5,6 +5,8 @@ add_test(NAME lint_layers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_layer
 add_test(NAME lint_no_shell COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_no_shell.sh ${CMAKE_SOURCE_DIR})
 # the repository reads on its own: no citation of files outside it, of issue numbers, or dates in code
 add_test(NAME lint_standalone COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_standalone.sh ${CMAKE_SOURCE_DIR})
+# no pipe into grep -q in a script under pipefail (the writer's SIGPIPE fails the pipe though the line was there)
+add_test(NAME lint_shell_pipes COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_shell_pipes.sh ${CMAKE_SOURCE_DIR})
 # a 2-byte buffer never travels as float*: the op tables' float* parameters are f32 by contract, the model code
 # carves and addresses its activations as typed buffers; proves its rules first
 add_test(NAME lint_typed_buffers COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/lint/lint_typed_buffers.py ${CMAKE_SOURCE_DIR})

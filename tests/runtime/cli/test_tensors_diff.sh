@@ -33,8 +33,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$BIN" tensors diff "$D/a.safetensors" "$D/same.safetensors" >/dev/null || fail "identical files differ"
 if "$BIN" tensors diff "$D/a.safetensors" "$D/ulp.safetensors" >/dev/null 2>&1; then fail "one ulp passed bitwise"; fi
 "$BIN" tensors diff "$D/a.safetensors" "$D/ulp.safetensors" --rtol 1e-6 >/dev/null || fail "one ulp failed rtol 1e-6"
-{ "$BIN" tensors diff "$D/a.safetensors" "$D/missing.safetensors" 2>&1 || true; } | grep -q "y.bias is in .* but not in" || fail "missing tensor not named"
-{ "$BIN" tensors diff "$D/a.safetensors" "$D/shape.safetensors" 2>&1 || true; } | grep -q "x.weight has another shape" || fail "shape change not named"
+grep -q "y.bias is in .* but not in" <<<"$({ "$BIN" tensors diff "$D/a.safetensors" "$D/missing.safetensors" 2>&1 || true; })" || fail "missing tensor not named"
+grep -q "x.weight has another shape" <<<"$({ "$BIN" tensors diff "$D/a.safetensors" "$D/shape.safetensors" 2>&1 || true; })" || fail "shape change not named"
 "$BIN" tensors diff "$D/shards" "$D/a.safetensors" >/dev/null || fail "shard directory not merged by name"
 # the listing read whole before it is searched (grep -q leaving a pipe early would stop the writer with SIGPIPE)
 grep -q "y.bias .*F32 *\[2\]" <<<"$("$BIN" tensors ls "$D/shards")" || fail "ls"
@@ -52,12 +52,12 @@ PY
 for bad in nan NaN inf -inf -1 1e-3x abc ""; do
   set +e; out=$("$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --atol "$bad" 2>&1); rc=$?; set -e
   [ $rc -eq 2 ] || fail "--atol '$bad' gave rc $rc (expected 2, a refusal): $out"
-  echo "$out" | grep -q "atol expects a finite number >= 0" || fail "--atol '$bad' message: $out"
+  grep -q "atol expects a finite number >= 0" <<<"$out" || fail "--atol '$bad' message: $out"
   set +e; "$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --rtol "$bad" >/dev/null 2>&1; rc=$?; set -e
   [ $rc -eq 2 ] || fail "--rtol '$bad' gave rc $rc (expected 2)"
 done
 set +e; out=$("$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --atol 98.9 2>&1); rc=$?; set -e
-[ $rc -eq 1 ] && echo "$out" | grep -q "x.weight: 1 of 6 elements differ beyond atol 98.9" || fail "a difference of 99 passed atol 98.9 (rc $rc): $out"
+[ $rc -eq 1 ] && grep -q "x.weight: 1 of 6 elements differ beyond atol 98.9" <<<"$out" || fail "a difference of 99 passed atol 98.9 (rc $rc): $out"
 "$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --atol 99 >/dev/null || fail "a difference of 99 failed atol 99"
 # tensors larger than diff's chunk (2^20 elements): every dtype compared across chunk boundaries, the first
 # difference found where it is (past the first chunk), and the process's memory far below the tensors' size
@@ -110,7 +110,7 @@ rss=$(sed -n 's/^maxrss \([0-9]*\)$/\1/p' <<<"$out")
 base=$(sed -n 's/^maxrss \([0-9]*\)$/\1/p' <<<"$small")
 # read by chunks, the diff holds two chunks (8 MiB) more than a diff of two tiny files; read whole, one f32 tensor
 # of A and one of B (24 MiB). A sanitizer's allocator keeps freed blocks a while, so the bound is not checked there.
-if ldd "$BIN" 2>/dev/null | grep -q 'libasan'; then
+if grep -q 'libasan' <<<"$(ldd "$BIN" 2>/dev/null)"; then
   echo "tensors diff: the memory bound is not checked under ASan"
 else
   [ -n "$rss" ] && [ -n "$base" ] && [ "$rss" -lt $((base + 14 * 1024)) ] ||

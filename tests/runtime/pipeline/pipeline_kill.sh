@@ -43,7 +43,7 @@ VICTIM=""
 # this job's ranks only (their command line holds this test's run folder): other tests running at
 # the same time train the same recipe
 for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
-  if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then VICTIM=$p; fi
+  if grep -qx "OMPI_COMM_WORLD_RANK=1" <<<"$(tr '\0' '\n' </proc/$p/environ 2>/dev/null)"; then VICTIM=$p; fi
 done
 [ -n "$VICTIM" ] || fail "rank 1 not found"
 T0=$(date +%s.%N)
@@ -56,7 +56,7 @@ echo "job ended with exit $RC, $ELAPSED s after SIGKILL of rank 1 (pid $VICTIM)"
 [ "$RC" -ne 124 ] || fail "job hung until the timeout"
 [ "$(echo "$ELAPSED < 30" | bc)" = 1 ] || fail "took $ELAPSED s (limit 30)"
 grep -Eq "rank 1 .*(exited on signal 9|Killed)|process rank 1" "$W/out.txt" || fail "no line names the lost rank 1"
-grep -E "rank 1" "$W/out.txt" | head -2
+grep -m2 -E "rank 1" "$W/out.txt"
 # no half-written checkpoint: every step-* folder is complete and the newest one resumes
 for d in "$W"/run/checkpoints/step-*; do
   [ -f "$d/state.json" ] || fail "incomplete checkpoint folder $d"

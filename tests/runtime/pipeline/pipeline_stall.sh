@@ -20,7 +20,7 @@ lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
 for i in $(seq 1 600); do [ "$(lines "$W/run/metrics.jsonl")" -ge 2 ] && break; kill -0 $JOB 2>/dev/null || fail "ended early"; sleep 0.1; done
 VICTIM=""
 for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
-  tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && VICTIM=$p
+  grep -qx "OMPI_COMM_WORLD_RANK=1" <<<"$(tr '\0' '\n' </proc/$p/environ 2>/dev/null)" && VICTIM=$p
 done
 [ -n "$VICTIM" ] || fail "rank 1 not found"
 kill -STOP "$VICTIM"

@@ -11,7 +11,7 @@ out=$(DEMO_DATA="$WORK/demo" DEMO_RUN="$WORK/run" DEMO_SAMPLES=300 DEMO_HELDOUT=
   "$SRC/scripts/demo.sh" "$EXE" 2>&1) || { echo "$out"; echo "demo_small: scripts/demo.sh failed"; exit 1; }
 fail() { echo "$out"; echo "demo_small: $*"; exit 1; }
 for t in count_all lone_colour colour all; do
-  echo "$out" | grep -qE "^  $t +[0-9]+ questions  accuracy +[0-9.]+%  chance +[0-9.]+%  majority +[0-9.]+%" ||
+  grep -qE "^  $t +[0-9]+ questions  accuracy +[0-9.]+%  chance +[0-9.]+%  majority +[0-9.]+%" <<<"$out" ||
     fail "no held-out accuracy line for question type '$t'"
 done
 # rrfp-mm generate's greedy answers score what eval's teacher-forced exact match scores (within 5 points:
@@ -30,5 +30,5 @@ grep -q "<svg" "$page" || fail "report page '$page' has no curves"
 # a second run reuses the complete demo data (no "== demo data" step)
 out2=$(DEMO_DATA="$WORK/demo" DEMO_RUN="$WORK/run" DEMO_SAMPLES=300 DEMO_HELDOUT=30 DEMO_STEPS=2 DEMO_WARMUP=1 \
   "$SRC/scripts/demo.sh" "$EXE" 2>&1) || { echo "$out2"; echo "demo_small: second run failed"; exit 1; }
-echo "$out2" | grep -q "^== demo data" && { echo "$out2"; echo "demo_small: complete demo data was made again"; exit 1; }
+grep -q "^== demo data" <<<"$out2" && { echo "$out2"; echo "demo_small: complete demo data was made again"; exit 1; }
 echo "demo_small: ok"

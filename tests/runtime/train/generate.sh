@@ -73,7 +73,7 @@ verify_kv() {
     --verify >gen.txt 2>&1 || fail "generate --verify"
   line=$(grep "verify: max" gen.txt) || fail "no verify summary"
   echo "$line"
-  echo "$line" | grep -q "greedy token differs at 0 steps" || fail "the KV cache changed a greedy token"
+  grep -q "greedy token differs at 0 steps" <<<"$line" || fail "the KV cache changed a greedy token"
   diff=$(echo "$line" | sed -n 's/.*re-forward)| \([^ ]*\) over.*/\1/p')
   /usr/bin/python3 -c "import sys; sys.exit(0 if float('$diff') <= 1e-4 else 1)" || fail "logits differ by $diff"
   toks=$(sed -n 's/.*answers (\([0-9]*\) tokens generated).*/\1/p' gen.txt)

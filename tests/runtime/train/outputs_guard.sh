@@ -60,7 +60,7 @@ expect() {
 case "$MODE" in generate | resume | images | eval | report | trace)
   "$BIN" train "$R" "${S[@]}" >train.txt 2>&1 || fail "train" ;;
 esac
-IMG=d/images/$(ls d/images | head -1)
+IMG=$(printf "%s\n" d/images/* | sort | sed -n 1p)
 G=("$BIN" generate "$R" "${S[@]}" --checkpoint latest --max-new-tokens 4)
 GM=("${G[@]}" --manifest d/heldout.json --images d/images)
 case "$MODE" in

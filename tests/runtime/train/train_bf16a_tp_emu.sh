@@ -74,13 +74,14 @@ PY
 # difference is not round-off-sized: seen 1.3e-6 in the position table's gradient; against the largest:
 # gradient 8e-8, weights 1.1e-7, AdamW m 1.7e-7, v 2.2e-7 after 2 steps)
 same() {
-  local out out6 beyond rc6
+  local out out6 beyond rc6 differ
   if out=$("$EMU" tensors diff "$1" "$2" --files "$3" --rtol 0 --atol 0 --quiet 2>&1); then
     echo "$out" | tail -1
     return 0
   fi
-  echo "$out" | grep -E "differ beyond" || true
-  if echo "$out" | grep -E "differ beyond" | grep -vqE "^tensors diff: ([mv]\.)?(text\.embed\.weight|vision\.pos_embed\.weight|vision\.class_embedding): "; then
+  differ=$(grep -E "differ beyond" <<<"$out" || true)
+  [ -z "$differ" ] || echo "$differ"
+  if [ -n "$differ" ] && grep -vqE "^tensors diff: ([mv]\.)?(text\.embed\.weight|vision\.pos_embed\.weight|vision\.class_embedding): " <<<"$differ"; then
     echo "FAIL: $3: tensors other than the token embedding's and the CLIP position / class embeddings' differ between the gate off and on"
     return 1
   fi
@@ -89,12 +90,12 @@ same() {
   out6=$("$EMU" tensors diff "$1" "$2" --files "$3" --rtol 1e-6 --atol 1e-12 --quiet 2>&1) || rc6=$?
   beyond=$(echo "$out6" | grep -E "differ beyond" || true)
   if [ "$rc6" -ne 0 ] && { [ -z "$beyond" ] ||
-     echo "$beyond" | grep -vqE "^tensors diff: ([mv]\.)?(vision\.pos_embed\.weight|vision\.class_embedding): "; }; then
+     grep -vqE "^tensors diff: ([mv]\.)?(vision\.pos_embed\.weight|vision\.class_embedding): " <<<"$beyond"; }; then
     echo "$out6"
     echo "FAIL: $3: the token embedding's tensors differ by more than the atomics' 1e-6"
     return 1
   fi
-  if echo "$out" | grep -qE "^tensors diff: ([mv]\.)?(vision\.pos_embed\.weight|vision\.class_embedding): "; then
+  if grep -qE "^tensors diff: ([mv]\.)?(vision\.pos_embed\.weight|vision\.class_embedding): " <<<"$out"; then
     /usr/bin/python3 - "$1" "$2" "$3" <<'PY' || { echo "FAIL: $3: the CLIP position / class embeddings' tensors differ by more than 1e-6 of their largest"; return 1; }
 import glob, json, os, struct, sys
 import numpy as np

@@ -20,7 +20,7 @@ RRFP_TEST_READ_SLEEP_MS=150 "$BIN" train "$SRC/recipes/llava.ini" "${S[@]}" --se
     fail "train (slow reads)"
 n=$(grep -c '^step .*| data wait [0-9]*%' slow.txt)
 [ "$n" -ge 2 ] || fail "slow reads: $n step lines with 'data wait' (expected steps 2 and 3)"
-grep '^step  *1/' slow.txt | grep -q 'data wait' && fail "step 1 (the loader's warm-up) marked"
+grep -q 'data wait' <<<"$(grep '^step  *1/' slow.txt)" && fail "step 1 (the loader's warm-up) marked"
 [ "$(grep -c 'for the loader: 1 decode thread (data.workers; ' slow.txt)" -eq 1 ] || fail "slow reads: not one warning naming data.workers"
 # every marked step's metrics row agrees: data_wait_s over 2% of step_time_s
 awk -F'[:,]' '{ for (i = 1; i < NF; i++) { if ($i == "\"step_time_s\"") t = $(i + 1); if ($i == "\"data_wait_s\"") w = $(i + 1); if ($i == "{\"step\"") s = $(i + 1) }

@@ -10,7 +10,7 @@ set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3
 shift 3
 ver=$("$BIN" version 2>&1)
-echo "$ver" | grep -q '^backends: .*cuda' || { echo "skipped: $(echo "$ver" | grep '^cuda:' || echo 'no CUDA backend')"; exit 77; }
+grep -q '^backends: .*cuda' <<<"$ver" || { echo "skipped: $(echo "$ver" | grep '^cuda:' || echo 'no CUDA backend')"; exit 77; }
 SRC=$(cd "$(dirname "$0")" && pwd)
 bash "$SRC/train_cuda_emu.sh" "$BIN" "$BIN" "$RECIPE" "$W/mpi" 6 pp 2 "$@" || exit 1
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

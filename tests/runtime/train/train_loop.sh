@@ -34,7 +34,7 @@ case "$MODE" in
 world)
   C=(--set train.steps=4 --set optim.warmup=1 --set train.log_every=1)
   "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${C[@]}" --set train.run_dir=run/world >w.txt 2>&1 || fail "mpirun -np 2 without parallel keys"
-  head -1 w.txt | grep -q "layout pp 1 x tp 1 x dp 2 = 2 ranks (parallel.dp from the world size 2 / (pp 1 x tp 1))" \
+  grep -q "layout pp 1 x tp 1 x dp 2 = 2 ranks (parallel.dp from the world size 2 / (pp 1 x tp 1))" <<<"$(head -1 w.txt)" \
     || fail "the first log line does not state the layout: $(head -1 w.txt)"
   grep -q '"d": 1' run/world/rank-1.json || fail "rank 1 is not replica 1: $(cat run/world/rank-1.json)"
   "$BIN" train "$SYN" "${C[@]}" --set data.microbatches=4 --set train.run_dir=run/one >o.txt 2>&1 || fail "one process"

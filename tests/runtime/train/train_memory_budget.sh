@@ -36,16 +36,16 @@ line=$(grep '^LM layers per virtual stage:' "$out/t40")
 fitted=$(echo "$line" | sed -n 's/^LM layers per virtual stage: \([0-9,]*\) (memory-fitted: .*/\1/p')
 [ -n "$fitted" ] || fail "budget 25: no memory-fitted split: $line"
 [ "$fitted" != "$balanced" ] || fail "budget 25: the fitted split is the balanced one ($fitted)"
-echo "$line" | grep -q "split $balanced needs $need0 on rank 0" || fail "budget 25: the note does not name the balanced split: $line"
+grep -q "split $balanced needs $need0 on rank 0" <<<"$line" || fail "budget 25: the note does not name the balanced split: $line"
 msg=$(totals_within 25 "$out/t40") || fail "budget 25: $msg"
 echo "ok   budget 25 GiB: $fitted"
 
 "$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=12 >"$out/t20" 2>&1
 [ $? -eq 1 ] || fail "budget 12: not refused"
 err=$(grep '^rrfp-mm: error:' "$out/t20")
-echo "$err" | grep -q "runtime.memory_budget = 12 GiB: rank 0 needs $need0" || fail "budget 12: $err"
+grep -q "runtime.memory_budget = 12 GiB: rank 0 needs $need0" <<<"$err" || fail "budget 12: $err"
 fixes=$(echo "$err" | sed -n 's/.*changes that fit: //p')
-[ -n "$fixes" ] && echo "$fixes" | grep -q -- "--set" || fail "budget 12: no suggested change: $err"
+[ -n "$fixes" ] && grep -q -- "--set" <<<"$fixes" || fail "budget 12: no suggested change: $err"
 n=0
 IFS=';' read -r -a each <<<"$fixes"
 for f in "${each[@]}"; do
@@ -68,7 +68,7 @@ echo "ok   parallel.layers over the budget: refused"
 L5=(--set parallel.pp=4 --set parallel.tp=1 --set parallel.dp=2 --set parallel.layers=8,8,8,8 --set runtime.memory_budget=50)
 "$BIN" train "$RECIPE" --dry-run "${L5[@]}" >"$out/z" 2>&1
 [ $? -eq 1 ] || fail "pp 4 x dp 2 at 50 GiB: not refused"
-grep '^rrfp-mm: error:' "$out/z" | grep -q -- "changes that fit: --set parallel.zero=1" ||
+grep -q -- "changes that fit: --set parallel.zero=1" <<<"$(grep '^rrfp-mm: error:' "$out/z")" ||
     fail "pp 4 x dp 2 at 50 GiB: parallel.zero=1 not suggested first: $(grep error "$out/z")"
 "$BIN" train "$RECIPE" --dry-run "${L5[@]}" --set parallel.zero=1 >"$out/z1" 2>&1 ||
     fail "pp 4 x dp 2 at 50 GiB with parallel.zero=1: $(grep error "$out/z1")"

@@ -145,7 +145,7 @@ cpu)
   budget=$(awk -v a="$t0" -v b="$t2" 'BEGIN { printf "%.6f", (a + b) / 2 / 1024 }')
   out=$("$BIN" train "$RECIPE" "${common[@]}" --set runtime.memory_budget="$budget" --dry-run 2>&1) &&
     fail "budget $budget GiB (totals $t0, $t2 MiB): not refused"
-  echo "$out" | grep -q "changes that fit: --set train.recompute=" || fail "budget $budget GiB: recompute not suggested first: $out"
+  grep -q "changes that fit: --set train.recompute=" <<<"$out" || fail "budget $budget GiB: recompute not suggested first: $out"
   fix=$(echo "$out" | sed -n 's/.*changes that fit: --set \(train.recompute=[a-z]*\).*/\1/p')
   "$BIN" train "$RECIPE" "${common[@]}" --set runtime.memory_budget="$budget" --set "$fix" --dry-run >/dev/null 2>&1 ||
     fail "budget $budget GiB: the suggested $fix does not fit"

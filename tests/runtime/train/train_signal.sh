@@ -51,7 +51,7 @@ mpi)
     RANKS="" SEEN=""
     for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
       SEEN="$SEEN $p"
-      tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=" && RANKS="$RANKS $p"
+      grep -q "^OMPI_COMM_WORLD_RANK=" <<<"$(tr '\0' '\n' </proc/$p/environ 2>/dev/null)" && RANKS="$RANKS $p"
     done
     [ "$(echo $RANKS | wc -w)" -eq 2 ] && break
     sleep 0.1

@@ -21,7 +21,7 @@ set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3 EMU=${4:-}
 rm -rf "$W" && mkdir -p "$W"
 fail() { echo "FAIL: $*"; exit 1; }
-if ldd "$BIN" 2>/dev/null | grep -q 'libasan'; then
+if grep -q 'libasan' <<<"$(ldd "$BIN" 2>/dev/null)"; then
   echo "SKIP: a sanitizer's allocator keeps freed blocks a while: peak memory is not measured under ASan"
   exit 77
 fi
