@@ -108,13 +108,31 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
     return 0;
 }
 
+/* the rows written so far on the disk: flushed, then fsync'd (a file system without fsync, EINVAL, counts as done) */
+static int metrics_fsync(Metrics* m) {
+    errno = 0;
+    if (fflush(m->f) != 0 || ferror(m->f)) return -1;
+    return fsync(fileno(m->f)) != 0 && errno != EINVAL ? -1 : 0;
+}
+
+int metrics_sync(Metrics* m, int64_t step, char* err, size_t err_len) {
+    if (!m->f || metrics_fsync(m) == 0) return 0;
+    snprintf(err, err_len, "cannot fsync metrics file '%s' before the checkpoint of step %lld: %s", m->path,
+             (long long)step, strerror(errno ? errno : EIO));
+    return -1;
+}
+
 int metrics_close(Metrics* m, char* err, size_t err_len) {
     int rc = 0;
     if (m->f) {
-        errno = 0;
-        int bad = ferror(m->f);
-        if (fclose(m->f) != 0 || bad) {
-            snprintf(err, err_len, "cannot write metrics file '%s': %s", m->path, strerror(errno ? errno : EIO));
+        int bad = metrics_fsync(m) != 0;
+        int e = errno;
+        if (fclose(m->f) != 0 && !bad) {
+            bad = 1;
+            e = errno;
+        }
+        if (bad) {
+            snprintf(err, err_len, "cannot write metrics file '%s': %s", m->path, strerror(e ? e : EIO));
             rc = -1;
         }
     }

@@ -54,7 +54,11 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
  * hex float ("loss_hex") so runs compare bit for bit. Returns 0, or -1 with a message naming the file
  * (a full disk: "No space left on device"); the row may then be torn. */
 int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len);
-/* Close; 0, or -1 with a message when the last bytes could not be written. */
+/* The rows written so far made durable (flushed and fsync'd): the log rank calls it before each checkpoint, so a
+ * checkpoint that survives a power loss never finds its steps' rows missing. 0, or -1 with a message naming the
+ * file and the step. */
+int metrics_sync(Metrics* m, int64_t step, char* err, size_t err_len);
+/* Close, the rows fsync'd first; 0, or -1 with a message when the last bytes could not be written. */
 int metrics_close(Metrics* m, char* err, size_t err_len);
 /* Format one human log line (step, loss, lr, grad norm, tokens/s, step time, bubble, peak mem, ETA; and
  * "data wait N%" where the step waited for the loader, metrics_data_bound). */

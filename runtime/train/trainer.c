@@ -1187,6 +1187,10 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
          * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
          * runtime.comm = nccl, comm_grid_allreduce_all). */
+        /* the rows up to this step on the disk before a checkpoint of it can be (a failure is the metrics
+         * file's: the job stops below, after the checkpoint) */
+        if ((ck || (stop && *stop)) && t->ex->log_rank && !t->metrics.error[0])
+            metrics_sync(&t->metrics, t->step, t->metrics.error, sizeof t->metrics.error);
         /* 2: a rank could not write the metrics or the log: every rank stops here too, after a checkpoint
          * where one can still be written, and the job fails naming the file */
         int stopping = t->metrics.error[0] ? 2 : stop && *stop;

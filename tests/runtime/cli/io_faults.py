@@ -21,7 +21,8 @@ train: a run whose checkpoint of step 4 meets each fault (the temporary folder's
 state.json's fsync / close / rename / short write, the folder's rename to step-N, the checkpoints folder's fsync after
 it): exit 1 naming the cause, no half checkpoint, no temporary, and once the fault is gone the last checkpoint
 resumes and the run ends bit for bit as the one with room (disk_full.py's train_case); the same for the run folder's
-own files (the lock's pwrite, run.json and recipe.ini at the start, metrics.jsonl's close, rank-0.json at the end). A
+own files (the lock's pwrite, run.json and recipe.ini at the start, metrics.jsonl's fsync before a checkpoint and its
+close, rank-0.json at the end); the trace shows metrics.jsonl fsync'd before each step folder's rename. A
 resume from step 2 whose new step-4 cannot be renamed over the old one puts the old one back, whole; when the
 put-back fails too, the error names the .old.PID folder that holds it. pp: the same for a 2-rank pipeline where rank
 1's tensor file fsync fails, or rank 0's rename of the step folder: both ranks stop.
@@ -201,6 +202,18 @@ def train_cases(pp):
     ref_tensors = {f: df.st_tensors(os.path.join(last, f)) for f in sorted(os.listdir(last))
                    if f.endswith(".safetensors")}
     ck_root = os.path.join(run_dir, "checkpoints")
+    # a checkpoint's steps' metrics rows are on the disk before it is: metrics.jsonl fsync'd (by the log rank) before
+    # each step folder is renamed in, so a checkpoint that survives a power loss never lacks its rows
+    mpath, synced, renamed = os.path.join(run_dir, "metrics.jsonl"), False, 0
+    for c, rest in calls:
+        if c == "fsync" and rest == mpath:
+            synced = True
+        elif c == "rename" and re.search(r"/checkpoints/step-\d+$", rest.split(" ")[-1]):
+            renamed += 1
+            note(synced, "train%s: %s renamed in before metrics.jsonl was fsync'd" % (" pp 2" if pp else "",
+                                                                                      rest.split(" ")[-1]))
+            synced = False
+    note(renamed == steps // 2, "train: the trace shows %d checkpoint renames, expected %d" % (renamed, steps // 2))
     # the second checkpoint's writes: its temporary folder and what is in it, its rename to step-4; then the
     # checkpoints folder's fsync after that rename (the second of the run: RRFP_FAULT_NTH 2)
     cases = [(c, p, e, 1) for c, p, e in targets(calls, ck_root, lambda p: "step-00000004" in p, fold=False)
