@@ -448,9 +448,9 @@ float* params_data(const ParamTable* pt, int i) {
 }
 
 float* params_grad(const ParamTable* pt, int i) {
-    RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    RR_ASSERT(i >= 0 && i < pt->n);
     if (pt->specs[i].frozen) return NULL; /* every tensor of a forward-only table */
-    RR_ASSERT(pt->grad);
+    RR_ASSERT(pt->grad); /* allocated (params_alloc), and not a forward-only table's */
     return pt->grad + pt->specs[i].goff;
 }
 

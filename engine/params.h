@@ -15,11 +15,11 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
  * (so "text.blocks.1" freezes block 1 and not block 10). Before params_alloc. Returns how many
  * tensors matched (0 is not an error here: a pipeline stage may hold none of them). */
 int params_freeze(ParamTable* pt, const char* prefix);
-/* A table for the forward only (eval, generate, export): every registered tensor frozen, and params_alloc makes
- * no gradient buffer (pt->grad stays NULL: no gradient at all, where a table whose tensors happen to be all frozen, a
- * pipeline stage of frozen blocks that still runs its backward, keeps a one-word one) and, on a bf16 table, no f32
- * master (params_has_master). params_zero_grad, params_alloc_optimizer and the optimiser and backward calls on it
- * are programmer errors (RR_ASSERT). Before params_alloc. */
+/* A table for the forward only (the model eval and generate read): every registered tensor frozen, and params_alloc
+ * makes no gradient buffer (pt->grad stays NULL: no gradient at all, where a table whose tensors happen to be all
+ * frozen, a pipeline stage of frozen blocks that still runs its backward, keeps a one-word one) and, on a bf16
+ * table, no f32 master (params_has_master). params_zero_grad, params_alloc_optimizer and the optimiser and backward
+ * calls on it are programmer errors (RR_ASSERT). Before params_alloc. */
 void params_forward_only(ParamTable* pt);
 /* 1 when tensor name `name` lies under `prefix` in the sense of params_freeze. */
 int params_name_under(const char* name, const char* prefix);
