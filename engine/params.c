@@ -66,6 +66,12 @@ int params_freeze(ParamTable* pt, const char* prefix) {
     return hits;
 }
 
+void params_forward_only(ParamTable* pt) {
+    RR_ASSERT(pt->data == NULL && "params_forward_only after params_alloc");
+    for (int i = 0; i < pt->n; i++) pt->specs[i].frozen = 1;
+    pt->forward_only = 1;
+}
+
 /* NF4 storage (engine/params_quant.c keeps it): frozen, and quantised whole, so never a slice */
 void params_mark_quant(ParamTable* pt, const char* name) {
     int i = params_find(pt, name);
@@ -204,8 +210,13 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     }
     size_t bytes = pt->mtotal * sizeof(float), gbytes = pt->gtotal * sizeof(float);
     pt->data = be_alloc_as(be, MEM_WEIGHTS, bytes ? bytes : sizeof(float));
-    pt->grad = be_alloc_as(be, MEM_GRADS, gbytes ? gbytes : sizeof(float));
-    be->dev->memset0(be, pt->grad, gbytes);
+    if (pt->forward_only) {
+        RR_ASSERT(pt->gtotal == 0); /* params_forward_only froze every tensor, and nothing registers one after it */
+        pt->grad = NULL;
+    } else {
+        pt->grad = be_alloc_as(be, MEM_GRADS, gbytes ? gbytes : sizeof(float));
+        be->dev->memset0(be, pt->grad, gbytes);
+    }
     params_quant_alloc(pt);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
@@ -417,6 +428,7 @@ float* params_weights(const ParamTable* pt, int i) { return buf_f32p(params_weig
 
 void params_alloc_optimizer(ParamTable* pt) {
     RR_ASSERT(pt->be && pt->m == NULL);
+    RR_ASSERT(!pt->forward_only && "params_alloc_optimizer on a forward-only table");
     size_t bytes = pt->gtotal * sizeof(float);
     pt->m = be_alloc_as(pt->be, MEM_OPTIM, bytes ? bytes : sizeof(float));
     pt->v = be_alloc_as(pt->be, MEM_OPTIM, bytes ? bytes : sizeof(float));
@@ -436,11 +448,16 @@ float* params_data(const ParamTable* pt, int i) {
 }
 
 float* params_grad(const ParamTable* pt, int i) {
-    RR_ASSERT(i >= 0 && i < pt->n && pt->grad);
-    return pt->specs[i].frozen ? NULL : pt->grad + pt->specs[i].goff;
+    RR_ASSERT(i >= 0 && i < pt->n);
+    if (pt->specs[i].frozen) return NULL; /* every tensor of a forward-only table */
+    RR_ASSERT(pt->grad); /* allocated (params_alloc), and not a forward-only table's */
+    return pt->grad + pt->specs[i].goff;
 }
 
-void params_zero_grad(ParamTable* pt) { pt->be->dev->memset0(pt->be, pt->grad, pt->gtotal * sizeof(float)); }
+void params_zero_grad(ParamTable* pt) {
+    RR_ASSERT(pt->grad && "params_zero_grad on a forward-only table");
+    pt->be->dev->memset0(pt->be, pt->grad, pt->gtotal * sizeof(float));
+}
 
 void params_free(ParamTable* pt) {
     if (pt->be) {

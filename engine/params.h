@@ -15,11 +15,17 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
  * (so "text.blocks.1" freezes block 1 and not block 10). Before params_alloc. Returns how many
  * tensors matched (0 is not an error here: a pipeline stage may hold none of them). */
 int params_freeze(ParamTable* pt, const char* prefix);
+/* A table for the forward only (the model eval and generate read): every registered tensor frozen, and params_alloc
+ * makes no gradient buffer (pt->grad stays NULL: no gradient at all, where a table whose tensors happen to be all
+ * frozen, a pipeline stage of frozen blocks that still runs its backward, keeps a one-word one) and, on a bf16
+ * table, no f32 master (params_has_master). params_zero_grad, params_alloc_optimizer and the optimiser and backward
+ * calls on it are programmer errors (RR_ASSERT). Before params_alloc. */
+void params_forward_only(ParamTable* pt);
 /* 1 when tensor name `name` lies under `prefix` in the sense of params_freeze. */
 int params_name_under(const char* name, const char* prefix);
-/* One allocation for values and one for the gradients of the trainable tensors on backend `be` (plus
- * the bf16 compute copy when be->precision is bf16), then fill values from the (seed, name)-keyed
- * initialiser, refresh the compute copy and zero the gradients. */
+/* One allocation for values and one for the gradients of the trainable tensors on backend `be` (none on a
+ * params_forward_only table), plus the bf16 compute copy when be->precision is bf16; then fill values from the
+ * (seed, name)-keyed initialiser, refresh the compute copy and zero the gradients. */
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed);
 /* Register the slice sl of global tensor `name` (shape gshape): the table holds only the slice, whose
  * values params_alloc draws at their global element indices, so the slice equals that part of the
@@ -60,7 +66,7 @@ void params_values_to_host(const ParamTable* pt, int i, float* dst);
 /* 1 when some tensor of pt holds no master (params_has_master). */
 int params_lean(const ParamTable* pt);
 
-/* The gradient of tensor i, or NULL when it is frozen. */
+/* The gradient of tensor i, or NULL when it is frozen (every tensor of a params_forward_only table). */
 float* params_grad(const ParamTable* pt, int i);
 /* The values the ops compute with, typed by their storage: the bf16 compute copy when there is one, else the master. */
 Buf params_weights_buf(const ParamTable* pt, int i);

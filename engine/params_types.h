@@ -57,7 +57,7 @@ typedef struct {
     size_t mtotal; /* floats in data: the tensors that hold an f32 master (params_has_master) */
     size_t gtotal; /* floats of the trainable tensors (== total when nothing is frozen) */
     float* data;   /* (mtotal) f32 masters at moff */
-    float* grad;   /* (gtotal) gradients of the trainable tensors, at goff */
+    float* grad;   /* (gtotal) gradients of the trainable tensors, at goff; NULL on a forward-only table */
     float* m;      /* (gtotal) AdamW first moment (allocated by params_alloc_optimizer) */
     float* v;      /* (gtotal) AdamW second moment */
     /* The bf16 compute copy of `data`, only when the backend computes in bf16 (NULL in fp32): the
@@ -78,6 +78,10 @@ typedef struct {
     /* set before params_alloc: the params_mark_act_table'd tensors are read as 2-byte activations (a stage whose
      * tower stores them so): their compute copy is 2-byte bf16 words where weight_dtype is */
     int act_tables_bf16;
+    /* set before params_alloc (params_forward_only): every tensor frozen and no gradient buffer (grad NULL), so a
+     * model that only runs forwards (eval, generate) holds its values alone; a backward, params_zero_grad,
+     * params_alloc_optimizer or an optimiser step on the table is a programmer error (RR_ASSERT) */
+    int forward_only;
     /* The NF4 storage of the params_mark_quant'd tensors (engine/params_quant.c; NULL when none): one entry per
      * tensor, on the backend, with the dynamic map's 256 values (quant_map8); quant_gen counts quantisations, so
      * a dequantised copy knows when it went stale */

@@ -471,8 +471,9 @@ void stage_init_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0
     stage_init_split(st, cfg, l0, l1, tv0, tv1, l1 == cfg->Lt, freeze, be, tp, tp_rank, tp_comm);
 }
 
-void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, const char* freeze,
-                      const Backend* be, int tp, int tp_rank, Comm* tp_comm) {
+/* stage_init_split's work; forward_only: every tensor frozen on a params_forward_only table (stage_init_forward) */
+static void stage_init_any(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head,
+                           const char* freeze, const Backend* be, int tp, int tp_rank, Comm* tp_comm, int forward_only) {
     stage_shell_tower(st, cfg, l0, l1, tv0, tv1);
     stage_shell_head(st, head);
     st->be = be;
@@ -503,6 +504,8 @@ void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0
         char always[8192];
         freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
     }
+    /* the forward only: the marks above decide nothing (no gradient, no backward), and no adapter stays trainable */
+    if (forward_only) params_forward_only(&st->params);
     /* the LM on 2-byte bf16 activations where the backend's ops take them (BackendOps.bf16_activations; tp > 1 too:
      * the TP sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
      * setting); LoRA keeps f32 words. The stage runs on be either way and allocates its activations in the storage
@@ -557,6 +560,15 @@ void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0
         st->head_w = stage_buf(pt, head);
         st->head_g = stage_ptr(pt, head, 1);
     }
+}
+
+void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, const char* freeze,
+                      const Backend* be, int tp, int tp_rank, Comm* tp_comm) {
+    stage_init_any(st, cfg, l0, l1, tv0, tv1, head, freeze, be, tp, tp_rank, tp_comm, 0);
+}
+
+void stage_init_forward(Stage* st, const ModelConfig* cfg, const Backend* be) {
+    stage_init_any(st, cfg, 0, cfg->Lt, 0, cfg->Lv, 1, NULL, be, 1, 0, NULL, 1);
 }
 
 int model_bf16_activations(int tp) {
@@ -1623,6 +1635,7 @@ static void stage_tower_only_backward(Stage* st, StageActs* a, const float* dhid
 
 void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
     RR_ASSERT(a->split && "stage_backward_input needs activations made with split = 1");
+    RR_ASSERT(st->params.grad && "a backward on a forward-only stage (stage_init_forward)");
     RR_ASSERT(a->state == ACTS_FORWARD);
     RR_ASSERT(stage_gives_grad(st) == (dhidden_in != NULL));
     const Backend* be = st->be;
@@ -1656,6 +1669,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
 
 void stage_backward_weight(Stage* st, StageActs* a) {
     RR_ASSERT(a->state == ACTS_INPUT_GRAD && "stage_backward_weight before stage_backward_input");
+    RR_ASSERT(st->params.grad && "a backward on a forward-only stage (stage_init_forward)");
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     if (st->tower_only) {
@@ -1682,6 +1696,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
 
 void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
     RR_ASSERT(a->state == ACTS_FORWARD);
+    RR_ASSERT(st->params.grad && "a backward on a forward-only stage (stage_init_forward)");
     stage_bwd_bind(st, a); /* the backward's scratch where the stage holds it (stage_bwd_shared) */
     RR_ASSERT(stage_gives_grad(st) == (dhidden_in != NULL));
     const Backend* be = st->be;

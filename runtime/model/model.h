@@ -233,6 +233,12 @@ void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend
  * or "" = none): no gradient, no AdamW state (params_alloc_optimizer skips them), no backward work that
  * nothing else needs. Check the list first with model_freeze_check. */
 void stage_init_frozen(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be);
+/* The whole model (LM blocks [0, Lt), the tower, the head) for the forward only (eval, generate): every tensor frozen
+ * on a params_forward_only table, so it holds its values alone: no gradient buffer (params.grad NULL), no AdamW state,
+ * and on a bf16 backend no f32 master (each tensor its compute copy only; the forward reads nothing else). The
+ * forward is stage_init_frozen's, bit for bit, whatever train.freeze trained it; stage_backward and the split
+ * backward on it are programmer errors (RR_ASSERT). */
+void stage_init_forward(Stage* st, const ModelConfig* cfg, const Backend* be);
 /* Check a train.freeze list against the whole model: every item must name at least one parameter
  * (exactly, or as a prefix ending at a dot), and something must remain trainable. *n_frozen (may be
  * NULL) gets the count of frozen tensors. Returns 0, or -1 with a message naming the bad item. */

@@ -149,8 +149,9 @@ int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len);
  * the shards, then the all-gather). Returns 0, or -1 with a message. */
 int step_exec_optimizer(StepExec* ex, const Recipe* r, float lr, int t, float clip, char* err, size_t err_len);
 
-/* One process: the whole model in one Stage with one microbatch in flight. optimizer = 0 (eval, generate):
- * no AdamW moments (two copies of the model's trainable values, zeroed, never read by a forward). */
+/* One process: the whole model in one Stage with one microbatch in flight. optimizer = 0 (eval, generate): the
+ * forward only (stage_init_forward): no gradient buffer and no AdamW moments (three copies of the model's trainable
+ * values, zeroed, never read by a forward); forward_backward on it is a programmer error (RR_ASSERT). */
 StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const Backend* be, int optimizer, char* err,
                                   size_t err_len);
 /* The single executor's activations (eval runs the model through them). */

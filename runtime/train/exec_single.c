@@ -74,7 +74,10 @@ StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const 
     (void)err;
     (void)err_len;
     SingleExec* s = callocCheck(1, sizeof *s);
-    stage_init_frozen(&s->st, mc, 0, mc->Lt, r->freeze, be);
+    /* eval and generate: the model for the forward only (no gradient buffer, no moments; train.freeze, checked by
+     * trainer_init, shapes only a backward) */
+    if (optimizer) stage_init_frozen(&s->st, mc, 0, mc->Lt, r->freeze, be);
+    else stage_init_forward(&s->st, mc, be);
     stage_set_recompute(&s->st, (Recompute)recipe_recompute(r, 0), (Recompute)recipe_recompute(r, 1));
     if (optimizer && !(r->zero && r->dp > 1)) params_alloc_optimizer(&s->st.params); /* the distributed optimizer: shards only */
     /* one microbatch in flight; every position may be an image patch */

@@ -9,6 +9,7 @@
 
 double optim_grad_sum_squares(const Stage* st) {
     RR_ASSERT(st->params.be == st->be);
+    RR_ASSERT(st->params.grad && "a gradient norm of a forward-only table (params_forward_only)");
     const ParamTable* pt = &st->params;
     int copies = 0;
     for (int i = 0; i < pt->n; i++) copies += pt->specs[i].shared_copy;
@@ -44,6 +45,7 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
     const Backend* be = st->be;
     ParamTable* pt = &st->params;
     RR_ASSERT(pt->be == be);
+    RR_ASSERT(pt->grad && "an optimiser step on a forward-only table (params_forward_only)");
     if (clip < 1.0f) be->ops->scale(be, pt->grad, clip, pt->gtotal);
     AdamWConfig cfg = {lr, (float)r->beta1, (float)r->beta2, (float)r->eps, (float)r->weight_decay};
     /* optim.projector_lr: the projector's parameters on the same schedule, scaled (LLaVA's mm_projector_lr) */

@@ -26,7 +26,9 @@ set(RRFP_ASAN_TESTS
     # unit
     engine_philox engine_init engine_lr engine_sumsq engine_step_end engine_params engine_expf engine_backend_cpu
     engine_backend_unknown engine_ce_bad_target engine_params_duplicate engine_ops_fd engine_ops_bf16 engine_quant
+    engine_params_forward_only_grad engine_params_forward_only_optim
     model_fd model_fd_anyres model_split_bitwise model_pipeline_stages model_freeze model_bad_budget model_bad_image_id
+    model_forward_only model_forward_only_clip
     model_bad_target model_bad_grid model_bad_pos model_bad_overlap
     tp_split tp_init tp_ce tp_lm tp_vit tp_proj tp_embed partition sched_core trace_writer tokenizer_unit attention_table
     sim_core plan_core

@@ -29,6 +29,12 @@ add_test(NAME engine_ce_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:
 add_test(NAME engine_params_duplicate COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_engine> -DARGS=params_dup
          -DEXPECT_RC=1 "-DEXPECT_ERR=parameter 'text.norm.weight' is registered twice"
          -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+# a forward-only table (eval, generate) has no gradient: zeroing it or making its moments aborts on the assertion
+# (SIGABRT: 134), never writes nowhere
+add_test(NAME engine_params_forward_only_grad COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 134
+         "params_zero_grad on a forward-only table" $<TARGET_FILE:test_engine> params_forward_only_grad)
+add_test(NAME engine_params_forward_only_optim COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 134
+         "params_alloc_optimizer on a forward-only table" $<TARGET_FILE:test_engine> params_forward_only_optim)
 
 # The op benchmark (bench/ops.sh runs it): GEMM per BLAS library and attention throughput.
 

@@ -6,7 +6,8 @@
  *        test_engine backend NAME            (prints the backend's name or dies with its message)
  *        test_engine adamw FILE              (FILE from tests/engine/adamw_ref.py; exit 1 on mismatch)
  *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/engine/init_ref.py)
- *        test_engine ce_bad_target | params_dup     (must die with a clear message) */
+ *        test_engine ce_bad_target | params_dup     (must die with a clear message)
+ *        test_engine params_forward_only_grad | params_forward_only_optim   (must abort on the assertion) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/fastmath.h"
+#include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 #include "engine/params.h"
 
@@ -314,6 +316,30 @@ static void test_params(void) {
     params_refresh_compute(&pt);
     CHECK(params_weights(&pt, ig)[0] == 5.0f && params_compute_stale(&pt) == -1, "params_master_written(-1)");
     params_free(&pt);
+
+    /* a forward-only table: every tensor frozen, no gradient buffer at all (grad NULL, where a table whose tensors
+     * are all frozen by train.freeze keeps its one-word buffer), the values as initialised; on bf16 no master */
+    for (int bf = 0; bf < 2; bf++) {
+        for (int fo = 0; fo < 2; fo++) {
+            params_init(&pt);
+            iw = params_add(&pt, "proj.fc1.weight", 2, s_w, PARAM_INIT_NORMAL, 0.02f, 1);
+            ig = params_add(&pt, "text.norm.weight", 1, s_g, PARAM_INIT_ONES, 0, 0);
+            if (fo) params_forward_only(&pt);
+            else CHECK(params_freeze(&pt, "proj") == 1 && params_freeze(&pt, "text") == 1, "params_freeze");
+            params_alloc(&pt, bf ? &backend_cpu_bf16 : &backend_cpu, 7);
+            CHECK(pt.gtotal == 0 && pt.specs[iw].frozen && pt.specs[ig].frozen, "bf16 %d forward-only %d: all frozen", bf, fo);
+            CHECK(fo ? pt.grad == NULL : pt.grad != NULL, "bf16 %d forward-only %d: grad %p", bf, fo, (void*)pt.grad);
+            CHECK(params_grad(&pt, iw) == NULL && params_grad(&pt, ig) == NULL, "a frozen tensor's gradient is NULL");
+            CHECK(pt.mtotal == (bf ? 0 : 15 + 3), "bf16 %d: %zu floats of masters", bf, pt.mtotal);
+            float h[15];
+            params_values_to_host(&pt, iw, h);
+            init_normal(want, 15, 0, 7, "proj.fc1.weight", 0.02f);
+            for (int i = 0; i < 15; i++) /* bf16: the initialised values rounded once */
+                CHECK(h[i] == (bf ? rr_bf16_to_f32(rr_f32_to_bf16(want[i])) : want[i]), "value %d: %g", i, h[i]);
+            CHECK(params_weights(&pt, ig)[2] == 1.0f, "the norm weight as initialised");
+            params_free(&pt);
+        }
+    }
     printf("params: layout and compute copy checked\n");
 }
 
@@ -446,6 +472,17 @@ int main(int argc, char** argv) {
         int64_t s[1] = {4};
         params_add(&pt, "text.norm.weight", 1, s, PARAM_INIT_ONES, 0, 0);
         params_add(&pt, "text.norm.weight", 1, s, PARAM_INIT_ONES, 0, 0);
+    } else if (strcmp(what, "params_forward_only_grad") == 0 || strcmp(what, "params_forward_only_optim") == 0) {
+        /* a forward-only table has no gradient: zeroing it or making its moments is a programmer error (aborts) */
+        ParamTable pt;
+        params_init(&pt);
+        int64_t s[1] = {4};
+        params_add(&pt, "text.norm.weight", 1, s, PARAM_INIT_ONES, 0, 0);
+        params_forward_only(&pt);
+        params_alloc(&pt, &backend_cpu, 1);
+        if (!strcmp(what, "params_forward_only_grad")) params_zero_grad(&pt);
+        else params_alloc_optimizer(&pt);
+        params_free(&pt);
     } else {
         fprintf(stderr, "test_engine: unknown test '%s'\n", what);
         return 2;

@@ -10,12 +10,14 @@ target_link_libraries(test_model PRIVATE rrfp_core)
 #     forward scratch with CLIP's token tables and channel-major index);
 #   fd_anyres*: LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers,
 #     both towers;
+#   forward_only*: the model eval and generate build (stage_init_forward: no gradient buffer) against stage_init's,
+#     the same values: the same loss and logits bits, fp32 and bf16, with and without LoRA;
 #   gpu*: on a device (label gpu, skipped without one); gpu_bf16a: runtime.precision = bf16, the LM on
 #     2-byte activations against f32-word ones, one stage and two pipeline stages
 #     (tests/runtime/model/test_model.c test_gpu_bf16a).
 foreach(t fd fd_variants split_bitwise:split split_bitwise_variants:split_variants pipeline_stages:stages freeze fd_clip
           fd_anyres fd_anyres_clip split_bitwise_clip:split_clip pipeline_stages_clip:stages_clip freeze_clip gpu gpu_clip
-          gpu_bf16a)
+          gpu_bf16a forward_only forward_only_clip)
   string(REPLACE ":" ";" t "${t}")
   list(GET t 0 name)
   list(GET t -1 mode)

@@ -27,6 +27,8 @@
 #include <string.h>
 
 #include "runtime/model/model.h"
+#include "text/lm_lora.h"
+#include "vision/vit_lora.h"
 #include "tests/support/test_model_util.h"
 #include "tests/support/test_stage_chain.h"
 
@@ -486,6 +488,88 @@ static void test_freeze(void) {
            "freezing everything accepted: %s", err);
 }
 
+/* ---- the forward-only stage (eval, generate) ------------------------------------------------------------- */
+
+/* stage_init_forward against stage_init on the same values (random, every tensor: the LoRA adapters' B too), fp32 and
+ * bf16, without and with LoRA (CLIP: the tower's adapters too): every microbatch's loss and logits the same bits, and
+ * the forward-only stage holds no gradient buffer, no master on bf16, a frozen tower's scratch, no ViT backward. */
+static void forward_only_case(const Backend* be, int lora) {
+    ModelConfig c = small_config(2);
+    if (lora) {
+        char e[256];
+        c.lora_r = 4;
+        c.lora_alpha = 8;
+        EXPECT(lm_lora_targets_parse("q,v,down", &c.lora_targets, e, sizeof e) == 0, "%s", e);
+        if (g_clip) EXPECT(vit_lora_targets_parse("vision.all", &c.vision_lora_targets, e, sizeof e) == 0, "%s", e);
+    }
+    Microbatch mb[NMB];
+    int max_T, max_Np;
+    spec_microbatches(&c, 5, mb, &max_T, &max_Np);
+    Stage ref, fo;
+    stage_init(&ref, &c, 0, c.Lt, be);
+    stage_init_forward(&fo, &c, be);
+    ParamTable *pr = &ref.params, *pf = &fo.params;
+    EXPECT(pr->n == pf->n && pr->total == pf->total, "tables differ: %d / %d tensors", pr->n, pf->n);
+    EXPECT(pf->grad == NULL && pf->gtotal == 0 && pf->m == NULL, "the forward-only table has a gradient or moments");
+    EXPECT(pr->grad != NULL && pr->gtotal > 0, "the training table has no gradient");
+    EXPECT(pf->mtotal == (be->precision == PRECISION_BF16 ? 0 : pf->total), "forward-only masters: %zu floats of %zu",
+           pf->mtotal, pf->total);
+    uint64_t rng = 99;
+    float* vals = mallocCheck(pf->total * sizeof(float));
+    for (size_t k = 0; k < pf->total; k++) vals[k] = 0.2f * (tm_uniform(&rng) - 0.5f);
+    for (int i = 0; i < pf->n; i++) /* the norms' weights near 1 */
+        if (pf->specs[i].ndim == 1 && strstr(pf->specs[i].name, "norm") && !strstr(pf->specs[i].name, "bias"))
+            for (size_t k = 0; k < pf->specs[i].numel; k++) vals[pf->specs[i].offset + k] += 1.0f;
+    ParamTable* both[2] = {pr, pf};
+    for (int t = 0; t < 2; t++) { /* as checkpoint_load_model writes a table */
+        int own;
+        float* h = params_host_values(both[t], &own);
+        memcpy(h, vals, pf->total * sizeof(float));
+        params_set_host_values(both[t], h, own);
+        params_master_written(both[t], -1);
+        params_refresh_compute(both[t]);
+    }
+    StageActs ra, fa;
+    stage_acts_init(&ra, &ref, max_T, max_Np, 0);
+    stage_acts_init(&fa, &fo, max_T, max_Np, 0);
+    int same = 1;
+    for (int m = 0; m < NMB; m++) {
+        float lr, lf;
+        stage_forward(&ref, &ra, &mb[m], NULL, NULL, &lr);
+        stage_forward(&fo, &fa, &mb[m], NULL, NULL, &lf);
+        size_t n = (size_t)mb[m].T * (size_t)c.V;
+        float* xr = mallocCheck(n * sizeof(float));
+        float* xf = mallocCheck(n * sizeof(float));
+        stage_logits_d2h(&ref, &ra, xr, n);
+        stage_logits_d2h(&fo, &fa, xf, n);
+        EXPECT(memcmp(&lr, &lf, sizeof lr) == 0, "microbatch %d: loss %.9g forward-only vs %.9g", m, lf, lr);
+        EXPECT(isfinite(lr) && lr > 0, "microbatch %d: loss %g", m, lr);
+        same &= memcmp(xr, xf, n * sizeof(float)) == 0;
+        EXPECT(memcmp(xr, xf, n * sizeof(float)) == 0, "microbatch %d: logits differ", m);
+        free(xr);
+        free(xf);
+        stage_acts_release(&ra);
+        stage_acts_release(&fa);
+    }
+    EXPECT(fo.vit_fwd && !fo.vit_train && fo.n_vit_backward == 0, "the forward-only tower trains");
+    printf("forward_only (%s%s): %d tensors, no gradient buffer (the training stage's: %zu floats), masters %zu of %zu "
+           "floats, logits %s\n", be->precision == PRECISION_BF16 ? "bf16" : "fp32", lora ? ", LoRA" : "", pf->n,
+           pr->gtotal, pf->mtotal, pf->total, same ? "the same bits" : "DIFFER");
+    stage_acts_free(&ra, &ref);
+    stage_acts_free(&fa, &fo);
+    for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
+    free(vals);
+    stage_free(&ref);
+    stage_free(&fo);
+}
+
+static void test_forward_only(void) {
+    for (int lora = 0; lora < 2; lora++) {
+        forward_only_case(&backend_cpu, lora);
+        forward_only_case(&backend_cpu_bf16, lora);
+    }
+}
+
 /* ---- pipeline stages chained in one process ----------------------------------------------------------- */
 
 static void test_stages(void) {
@@ -867,6 +951,8 @@ int main(int argc, char** argv) {
         test_stages();
     else if (!strcmp(argv[1], "freeze"))
         test_freeze();
+    else if (!strcmp(argv[1], "forward_only"))
+        test_forward_only();
     else if (!strcmp(argv[1], "gpu"))
         test_gpu();
     else if (!strcmp(argv[1], "gpu_bf16a"))

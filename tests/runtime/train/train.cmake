@@ -284,7 +284,7 @@ add_test(NAME init_from_memory
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "init_from memory: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/init_from_memory.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/init_from_memory)
 set_tests_properties(init_from_memory PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
-# The commands that read or write a whole model (a checkpoint save, eval, export hf, import llava) at a 100 MB model:
+# The commands that read or write a whole model (a checkpoint save, eval, generate, export hf, import llava) at a 100 MB model:
 # each peak bounded by the copies of the model it must hold (tests/runtime/train/whole_model_memory.sh).
 add_test(NAME whole_model_memory
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "whole model memory: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/whole_model_memory.sh
