@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/util.h"
 #include "runtime/report/report.h"
@@ -127,6 +128,25 @@ int main(int argc, char** argv) {
                   count(page, "http://") == count(page, "http://www.w3.org/2000/svg"), "no script, no URL");
     }
     free(page);
+
+    /* steps and values too close for their magnitude (1e17 and 1e17 + 32: a tick step of 5 is below their
+     * resolution) and spans past the largest double: a bounded number of ticks, drawn at once (a tick loop
+     * of "v += step" added nothing and ran until memory ran out); SIGALRM ends a hang as a failure */
+    const char* far[] = {"{\"step\":100000000000000000,\"loss\":1}\n{\"step\":100000000000000032,\"loss\":2}\n",
+                         "{\"step\":1,\"loss\":100000000000000000}\n{\"step\":2,\"loss\":100000000000000032}\n",
+                         "{\"step\":-1e308,\"loss\":-1e308,\"lr\":1e308}\n{\"step\":1e308,\"loss\":1e308,\"lr\":-1e308}\n"};
+    for (int i = 0; i < 3; i++) {
+        write_file(path, far[i]);
+        alarm(20);
+        CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "far values %d: %s", i, err);
+        alarm(0);
+        page = rr_read_file(out, &n, RR_MAX_JSONL);
+        CHECK(page && strstr(page, "</html>\n"), "far values %d: page", i);
+        /* 4 charts of at most 24 ticks on each axis */
+        if (page) CHECK(count(page, "class=\"xt\"") <= 4 * 25 && count(page, "class=\"yt\"") <= 4 * 24,
+                        "far values %d: %d x ticks, %d y ticks", i, count(page, "class=\"xt\""), count(page, "class=\"yt\""));
+        free(page);
+    }
 
     /* recipe.ini: a table, values escaped */
     snprintf(path, sizeof path, "%s/recipe.ini", run);
