@@ -15,7 +15,10 @@ set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS
 set(RRFP_FUZZ_FILES_SECONDS 2 CACHE STRING "seconds per libFuzzer target in files_fuzz")
 add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
          ${CMAKE_CURRENT_BINARY_DIR}/files_fuzz ${RRFP_FUZZ_FILES_SECONDS})
-set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
+# fuzz_report links this build's static libraries (report.c alone compiled for the fuzzer) and makes its held-out
+# data with this build's rrfp-mm: it needs them built
+set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz
+                     ENVIRONMENT "RRFP_FUZZ_BUILD=${CMAKE_BINARY_DIR};RRFP_FUZZ_BLAS=${BLAS_LIB}")
 
 # libFuzzer (configure with CC=clang -DRRFP_FUZZ=ON): the tokenizer sources are compiled into the
 # target with coverage and ASan/UBSan; ctest runs it for 20 s from the seeds in tests/support/fixtures/fuzz_tokenizer.
