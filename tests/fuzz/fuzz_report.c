@@ -1,6 +1,7 @@
 /* fuzz_report.c — libFuzzer target for `rrfp-mm report RUN_DIR` (runtime/report/report.c): the input is a run
- * folder's files, cut at "--8<--" lines: metrics.jsonl, recipe.ini, predictions.jsonl, zero-shot.jsonl and
- * trace-rank0.json (a part that is absent or empty: no such file). Any bytes must write the page, whole (it ends
+ * folder's files, cut at "--8<--" lines: metrics.jsonl, recipe.ini, predictions.jsonl, zero-shot.jsonl,
+ * trace-rank0.json and checkpoints/step-1/state.json (whose "data" record the summary shows: runtime/train/trained.c)
+ * (a part that is absent or empty: no such file). Any bytes must write the page, whole (it ends
  * with "</html>"), or be refused with a message naming metrics.jsonl and no page written; never a crash, a hang
  * or an allocation sized by a file's numbers. The recipe's paths are relative to FUZZ_REPORT_DATA, where the
  * target runs: run_fuzz_files.sh makes held-out shards (heldout/) and a tokenizer (tok.json) there, so that a
@@ -30,16 +31,21 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const char* names[] = {"metrics.jsonl", "recipe.ini", "predictions.jsonl", "zero-shot.jsonl", "trace-rank0.json"};
-    const uint8_t* part[5];
-    size_t len[5];
-    int np = fuzz_split(data, size, part, len, 5);
+    static const char* names[] = {"metrics.jsonl", "recipe.ini", "predictions.jsonl", "zero-shot.jsonl", "trace-rank0.json",
+                                  "checkpoints/step-1/state.json"};
+    const uint8_t* part[6];
+    size_t len[6];
+    int np = fuzz_split(data, size, part, len, 6);
     char run[512], page[600], path[700], out[4096], err[2048];
     snprintf(run, sizeof run, "%s/run", fuzz_scratch());
     snprintf(page, sizeof page, "%s/page.html", fuzz_scratch());
     fuzz_rm_rf(run);
     remove(page);
     mkdir(run, 0700);
+    snprintf(path, sizeof path, "%s/checkpoints", run);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/checkpoints/step-1", run);
+    mkdir(path, 0700);
     for (int i = 0; i < np; i++)
         if (i == 0 || len[i] > 0) {
             snprintf(path, sizeof path, "%s/%s", run, names[i]);

@@ -127,10 +127,11 @@ put("trace", "bare_array", json.dumps([{"name": "F0", "cat": "F", "ph": "X", "ts
                                        {"name": "B0", "cat": "B", "ph": "X", "ts": 5, "dur": 9, "pid": 0, "tid": 0,
                                         "args": {"chunk": 0, "mb": 0}}]))
 
-# report: a run folder (metrics.jsonl, recipe.ini, predictions.jsonl, zero-shot.jsonl, trace-rank0.json); the
-# recipes name the held-out shards and tokenizer run_fuzz_files.sh makes in the folder the target runs in
-def run_folder(metrics, recipe="", preds="", zero="", trace=""):
-    return SEP.join(x.encode() for x in (metrics, recipe, preds, zero, trace))
+# report: a run folder (metrics.jsonl, recipe.ini, predictions.jsonl, zero-shot.jsonl, trace-rank0.json,
+# checkpoints/step-1/state.json); the recipes name the held-out shards and tokenizer run_fuzz_files.sh makes in
+# the folder the target runs in
+def run_folder(metrics, recipe="", preds="", zero="", trace="", state=""):
+    return SEP.join(x.encode() for x in (metrics, recipe, preds, zero, trace, state))
 
 
 def rows(*r):
@@ -158,3 +159,11 @@ put("report", "far_steps", run_folder(rows({"step": 10 ** 17, "loss": 1}, {"step
 put("report", "far_loss", run_folder(rows({"step": 1, "loss": 10 ** 17, "lr": 1e17}, {"step": 2, "loss": 10 ** 17 + 32, "lr": 1e17 + 32})))
 put("report", "far_range", run_folder(rows({"step": -1e308, "loss": -1e308, "grad_norm": 1e-320},
                                            {"step": 1e308, "loss": 1e308, "grad_norm": 1e308})))
+# a checkpoint's record of its training data (runtime/train/trained.h), and numbers past int64 where it wants a
+# whole number (was: converted to int64 before the range check, undefined behaviour)
+REC = {"template": "vicuna_v1", "image_preprocess": "anyres", "image_size": 28, "grid_pinpoints": "[[28,56],[56,56]]",
+       "tokenizer": "tok.json", "tokenizer_hash": "216f3e7f406cc707", "shards": "heldout", "image_token_id": 258}
+put("report", "ckpt_record", run_folder(METRICS, RECIPE % "heldout", "", "", "", json.dumps({"step": 1, "data": REC})))
+put("report", "ckpt_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"image_token_id": 1e300})))
+put("report", "ckpt_size_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_size=-1e300)})))
+put("report", "ckpt_data_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_token_id=1e19)})))

@@ -8,8 +8,9 @@
 #   fuzz_durations    simulator duration files (round trip; small ones simulated)
 #   fuzz_trace        Chrome trace files through `rrfp-mm trace --svg --json --durations`
 #   fuzz_report       a run folder through `rrfp-mm report`: metrics.jsonl, recipe.ini, predictions.jsonl,
-#                     zero-shot.jsonl, trace-rank0.json; the recipe may name held-out shards and a tokenizer made
-#                     here. report.c is compiled for the fuzzer, what it calls below it (shards, images, the
+#                     zero-shot.jsonl, trace-rank0.json, a checkpoint's state.json; the recipe may name held-out
+#                     shards and a tokenizer made here. report.c and the checkpoint record's reader are compiled
+#                     for the fuzzer, what it calls below it (shards, images, the
 #                     tokenizer, traces, checkpoints: each fuzzed by its own target) comes from the static
 #                     libraries of the build in $RRFP_FUZZ_BUILD (fuzz.cmake sets it, and $RRFP_FUZZ_BLAS, that
 #                     build's BLAS library); without it this target is skipped, saying so
@@ -68,9 +69,10 @@ for t in $TARGETS; do
             echo "fuzz_report: skipped (RRFP_FUZZ_BUILD names no build folder with librrfp_report.a and rrfp-mm, or RRFP_FUZZ_BLAS is unset)"
             continue
         fi
-        # report.c instrumented first: the archives give only what it calls (their own report.o is never pulled)
+        # report.c and the checkpoint record's reader instrumented, first: the archives give only what they call
+        # (their own copies of these files are never pulled)
         "$CC" $CFLAGS -D_GNU_SOURCE -fsanitize=fuzzer,$SAN -o "$W/fuzz_report" "$SRC/tests/fuzz/fuzz_report.c" \
-            "$SRC/runtime/report/report.c" -Wl,--start-group $(ls "$B"/librrfp_*.a | grep -v cuda_emu) -Wl,--end-group \
+            "$SRC/runtime/report/report.c" "$SRC/runtime/train/trained.c" "$SRC/runtime/train/runckpt.c" -Wl,--start-group $(ls "$B"/librrfp_*.a | grep -v cuda_emu) -Wl,--end-group \
             "$RRFP_FUZZ_BLAS" $LIBS $(pkg-config --libs libturbojpeg libpng16 libpcre2-8) -lgif -lgomp -ldl || exit 1
         # held-out shards (plain and any-resolution) and their tokenizer, which the seeds' recipes name
         D="$W/report_data"
