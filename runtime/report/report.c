@@ -926,8 +926,9 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
     /* each question's zero-shot prediction (matched by sample_index: the same held-out shards) */
     const Prediction** zof = callocCheck((size_t)n + 1, sizeof *zof);
     int both = 0, gained = 0, lost = 0, matched = 0;
-    if (zr > 0) qsort(zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
-    for (int i = 0; i < n && zr > 0; i++) {
+    /* an empty zero-shot.jsonl (zr 1, nz 0) has no array: qsort and bsearch take none, even of 0 elements */
+    if (zr > 0 && nz > 0) qsort(zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
+    for (int i = 0; i < n && zr > 0 && nz > 0; i++) {
         Prediction key = {.index = pr[i].index};
         zof[i] = bsearch(&key, zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
         if (!zof[i]) continue;

@@ -167,3 +167,5 @@ put("report", "ckpt_record", run_folder(METRICS, RECIPE % "heldout", "", "", "",
 put("report", "ckpt_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"image_token_id": 1e300})))
 put("report", "ckpt_size_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_size=-1e300)})))
 put("report", "ckpt_data_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_token_id=1e19)})))
+# an empty zero-shot.jsonl beside predictions (was: qsort and bsearch handed a NULL array)
+put("report", "zero_shot_blank", run_folder(METRICS, "[data]\nsource = synthetic\n", PREDS, "\n"))

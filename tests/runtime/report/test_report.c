@@ -176,6 +176,20 @@ int main(int argc, char** argv) {
     page = rr_read_file(out, &n, RR_MAX_JSONL);
     if (page) CHECK(strstr(page, "<b>50.0%</b>") && strstr(page, "Synthetic source"), "accuracy of 2 predictions");
     free(page);
+    /* an empty zero-shot.jsonl (an eval killed before its first answer), and one of blank lines: no questions, none
+     * in both (it once handed qsort and bsearch a NULL array: a UBSan report in the sanitizer build) */
+    char zpath[4200];
+    snprintf(zpath, sizeof zpath, "%s/zero-shot.jsonl", run);
+    const char* empties[] = {"", "\n\n"};
+    for (int i = 0; i < 2; i++) {
+        write_file(zpath, empties[i]);
+        CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "empty zero-shot.jsonl %d: %s", i, err);
+        page = rr_read_file(out, &n, RR_MAX_JSONL);
+        CHECK(page && strstr(page, "zero-shot.jsonl): greedy exact match on <b>0</b> held-out questions") &&
+                  strstr(page, "Of 0 questions in both"), "empty zero-shot.jsonl %d: the page says none", i);
+        free(page);
+    }
+    remove(zpath);
 
     /* atomic write: a page that cannot be written leaves the old one whole and no temporary */
     snprintf(path, sizeof path, "%s/old.html", argv[1]);
