@@ -143,7 +143,8 @@ void tokenizer_free(Tokenizer* t) {
     free(t->added);
     free(t->added_of_id);
     for (int p = 0; p < 2; p++)
-        for (int b = 0; b < 256; b++) free(t->added_first[p][b]);
+        for (int b = 0; b < 256; b++) free(t->added_lens[p][b]);
+    strmap_free(&t->added_map);
     if (t->word_re) pcre2_code_free(t->word_re);
     for (int i = 0; i < t->n_steps; i++) {
         free(t->steps[i].pattern);
@@ -702,42 +703,39 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
     return rc;
 }
 
-/* Precompute, per pass and first byte, the added tokens to try at a position, longest first
- * (leftmost-longest matching as HF's Aho-Corasick with MatchKind::LeftmostLongest); tokens of one length in
- * the file's order. One pass to count, then a sort per bucket: O(n log n) (an insertion sort per bucket was
- * quadratic in a file's added tokens, which mostly share their first byte '<'). */
-typedef struct {
-    size_t len;
-    int i;
-} AddedOrder;
-
-static int added_order_cmp(const void* a, const void* b) {
-    const AddedOrder *x = a, *y = b;
-    if (x->len != y->len) return x->len < y->len ? 1 : -1;
-    return (x->i > y->i) - (x->i < y->i);
+/* Precompute what finds the added token at a position (leftmost-longest matching as HF's Aho-Corasick with
+ * MatchKind::LeftmostLongest): a map from content to token, and per pass and first byte the lengths its tokens
+ * have, longest first; a position then costs a lookup per length, whatever the number of tokens (a scan of every
+ * token of that first byte, and an insertion sort of them here, made 100,000 added tokens starting with '<' cost
+ * minutes to load and 2 ms per '<' of the text). */
+static int size_desc_cmp(const void* a, const void* b) {
+    size_t x = *(const size_t*)a, y = *(const size_t*)b;
+    return (x < y) - (x > y);
 }
 
 static void added_index(Tokenizer* t) {
-    int start[2 * 256 + 1] = {0}; /* bucket k = 256 p + first byte: its entries at [start[k], start[k + 1]) */
+    strmap_init(&t->added_map, (size_t)t->n_added);
+    for (int i = 0; i < t->n_added; i++) strmap_put(&t->added_map, t->added[i].content, t->added[i].len, i);
+    int start[2 * 256 + 1] = {0}; /* bucket k = 256 p + first byte: its tokens' lengths at [start[k], start[k + 1]) */
     for (int i = 0; i < t->n_added; i++) start[256 * (t->added[i].normalized != 0) + (uint8_t)t->added[i].content[0] + 1]++;
     for (int k = 0; k < 2 * 256; k++) start[k + 1] += start[k];
-    AddedOrder* order = mallocCheck(((size_t)t->n_added + 1) * sizeof *order);
+    size_t* lens = mallocCheck(((size_t)t->n_added + 1) * sizeof *lens);
     int fill[2 * 256];
     memcpy(fill, start, sizeof fill);
-    for (int i = 0; i < t->n_added; i++) {
-        int k = 256 * (t->added[i].normalized != 0) + (uint8_t)t->added[i].content[0];
-        order[fill[k]].len = t->added[i].len, order[fill[k]++].i = i;
-    }
+    for (int i = 0; i < t->n_added; i++)
+        lens[fill[256 * (t->added[i].normalized != 0) + (uint8_t)t->added[i].content[0]]++] = t->added[i].len;
     for (int k = 0; k < 2 * 256; k++) {
-        int n = start[k + 1] - start[k];
+        int n = start[k + 1] - start[k], m = 0;
         if (!n) continue;
-        qsort(order + start[k], (size_t)n, sizeof *order, added_order_cmp);
-        int32_t* v = mallocCheck(((size_t)n + 1) * sizeof(int32_t));
-        for (int i = 0; i < n; i++) v[i] = order[start[k] + i].i;
-        v[n] = -1;
-        t->added_first[k / 256][k % 256] = v;
+        size_t* b = lens + start[k];
+        qsort(b, (size_t)n, sizeof *b, size_desc_cmp);
+        size_t* v = mallocCheck(((size_t)n + 1) * sizeof *v);
+        for (int i = 0; i < n; i++)
+            if (i == 0 || b[i] != b[i - 1]) v[m++] = b[i];
+        v[m] = 0;
+        t->added_lens[k / 256][k % 256] = v;
     }
-    free(order);
+    free(lens);
 }
 
 /* The stable identity of the tokenizer: everything that changes which ids a text gets or what the

@@ -2,8 +2,8 @@
 """hostile_readers.py — crafted inputs of readers the other hostile tests do not reach, each a case that once hung,
 crashed or was misreported (docs/reliability.md "What is checked"):
   - a tokenizer.json of 100,000 added tokens loads in well under the timeout and encodes each to its id (loading
-    was quadratic in them: 14 s for 40,000, hours for a million, under the 256 MiB cap); `add-special` of 10,000
-    tokens likewise;
+    was quadratic in them: 14 s for 40,000, hours for a million, under the 256 MiB cap), and encodes a text of
+    100,000 '<' at once (each '<' tried every token starting with it); `add-special` of 10,000 tokens likewise;
   - `import lora` onto a base too small for the model names the model's base parameter count (it said 0);
   - `report` of a run whose steps or losses are too close for their magnitude (1e17 and 1e17 + 32), or span past the
     largest double, writes its page at once (its tick loop added nothing and drew until memory ran out); an empty
@@ -57,6 +57,11 @@ def tokenizer_cases():
     out = works("tokenizer encode: %d added tokens" % n, [EXE, "tokenizer", "encode", "--tokenizer", "tok_many.json",
                 "--text", "<t5><t99999><t10>"], timeout=30)
     note(out.strip() == want, "tokenizer encode of 3 added tokens among %d: got '%s', want '%s'" % (n, out.strip(), want))
+    # a text of 100,000 '<': each position tries the added tokens of its first byte (was: every one of the 100,000, 2 ms
+    # a '<'; now a lookup per length they have)
+    open(os.path.join(WORK, "lt.txt"), "w").write("<x " * 100000)
+    works("tokenizer encode: 100000 '<' among %d added tokens" % n, [EXE, "tokenizer", "encode", "--tokenizer",
+          "tok_many.json", "--file", "lt.txt", "--count"], "300000", timeout=30)
     add = ",".join("<u%d>" % i for i in range(10000))
     works("tokenizer add-special: 10000 tokens", [EXE, "tokenizer", "add-special", "--tokenizer", "tok.json", "--add", add,
           "--out", "tok_added.json"], timeout=30)
