@@ -17,6 +17,7 @@
 #include "data/shard.h"
 #include "data/template.h"
 #include "runtime/train/runckpt.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/trace/trace.h"
 #include "runtime/train/generate.h"
@@ -142,7 +143,7 @@ static int metrics_read(const ReportConfig* c, const char* path, Series* s, char
         int blank = 1;
         for (size_t i = 0; i < l; i++) blank &= p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
         if (!blank) {
-            cJSON* o = cJSON_ParseWithLength(p, l);
+            cJSON* o = rr_json_parse_whole(p, l, NULL); /* one object a line: text after it is damage */
             double st = num_field(o, "step"), lo = num_field(o, "loss");
             if ((!cJSON_IsObject(o) || !isfinite(st)) && !nl) {
                 /* the last row without its newline: what a killed run or a full disk leaves (resume drops it
@@ -625,7 +626,7 @@ static int predictions_read(const char* path, Prediction** out, int* n, char* wh
         size_t l = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
         line++;
         if (l > 0) {
-            cJSON* o = cJSON_ParseWithLength(p, l);
+            cJSON* o = rr_json_parse_whole(p, l, NULL);
             const cJSON *si = cJSON_GetObjectItemCaseSensitive(o, "sample_index"),
                         *co = cJSON_GetObjectItemCaseSensitive(o, "correct"),
                         *pr = cJSON_GetObjectItemCaseSensitive(o, "predicted");

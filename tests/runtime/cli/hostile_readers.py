@@ -7,7 +7,9 @@ crashed or was misreported (docs/reliability.md "What is checked"):
   - `import lora` onto a base too small for the model names the model's base parameter count (it said 0);
   - `report` of a run whose steps or losses are too close for their magnitude (1e17 and 1e17 + 32), or span past the
     largest double, writes its page at once (its tick loop added nothing and drew until memory ran out); an empty
-    zero-shot.jsonl beside predictions.jsonl is 0 questions.
+    zero-shot.jsonl beside predictions.jsonl is 0 questions;
+  - `generate --resume` refuses an answers line with a NUL byte or a second value after its object (was: read in
+    part, the rest ignored).
 Each command runs under a timeout; a refusal must exit 1..125 naming the file, with no sanitizer report (the
 sanitizer build runs this same script) and no partial output.
 
@@ -119,11 +121,38 @@ def report_cases():
     note("Of 0 questions in both" in page, "report: an empty zero-shot.jsonl is 0 questions in both")
 
 
+def generate_cases():
+    # a checkpoint of two steps on the demo data (generate needs its tokenizer), as hostile_shapes trains one
+    for args in [["demo-data", "--out", "demo", "--samples", "8", "--heldout", "2", "--seed", "3"],
+                 ["tokenizer", "train", "--vocab", "300", "--manifest", "demo/train.json", "--out", "gtok.json", "--quiet"],
+                 ["pack", "--manifest", "demo/train.json", "--images", "demo/images", "--tokenizer", "gtok.json", "--out",
+                  "gshards", "--quiet"]]:
+        works(args[0] + " (for generate)", [EXE] + args)
+    recipe = [os.path.join(SRC, "recipes", "test-synthetic.ini"), "--set", "model.vision_arch=clip", "--set",
+              "model.vision_feature_layer=-1", "--set", "data.source=shards", "--set", "data.shards=" +
+              os.path.join(WORK, "gshards"), "--set", "data.tokenizer=" + os.path.join(WORK, "gtok.json"), "--set",
+              "model.vocab=0"]
+    works("train (for generate)", [EXE, "train", *recipe, "--set", "train.steps=2", "--set", "optim.warmup=1", "--set",
+          "train.checkpoint_every=2", "--set", "checkpoint.keep=0", "--set", "train.run_dir=" + os.path.join(WORK, "grun")])
+    ck = os.path.join(WORK, "grun", "checkpoints", "step-00000002")
+    img = sorted(n for n in os.listdir(os.path.join(WORK, "demo", "images")))[0]
+    open(os.path.join(WORK, "q.jsonl"), "w").write(json.dumps(
+        {"id": "q1", "image": img, "conversations": [{"from": "human", "value": "<image>\nq?"}]}) + "\n")
+    answer = json.dumps({"question_id": "q0", "prompt": "p", "text": "t", "model_id": "m"}).encode()
+    # --resume reads each line as one answer: a NUL byte or a second value after it is damage (was: the first object
+    # taken, the rest of the line ignored)
+    for what, line in [("a NUL byte and text", answer + b"\0garbage"), ("a second value", answer + b' {"question_id": 1}')]:
+        open(os.path.join(WORK, "answers.jsonl"), "wb").write(answer + b"\n" + line + b"\n")
+        refused("generate --resume: an answers line with %s after its object" % what,
+                [EXE, "generate", *recipe, "--checkpoint", ck, "--manifest", "q.jsonl", "--images", "demo/images",
+                 "--out", "answers.jsonl", "--resume", "--max-new-tokens", "2"], ["answers.jsonl:2", "not an answer"])
+
+
 def main():
     if os.path.exists(WORK):
         shutil.rmtree(WORK)
     os.makedirs(WORK)
-    for part in [tokenizer_cases, lora_cases, report_cases]:
+    for part in [tokenizer_cases, lora_cases, report_cases, generate_cases]:
         part()
     print("hostile readers: %d checks, %d failed" % (COUNT[0], len(FAILED)))
     sys.exit(1 if FAILED else 0)

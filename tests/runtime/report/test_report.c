@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
     write_file(path, "{\"step\":1,\"loss\":2}\nnot json\n");
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0, "malformed metrics: must fail");
     CHECK(strstr(err, "metrics.jsonl:2:"), "error: %s", err);
+    /* a row with text after its object is damaged too, not read in part (cJSON stops after the first value) */
+    write_file(path, "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1} {\"step\":9}\n{\"step\":3,\"loss\":1}\n");
+    CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0 && strstr(err, "metrics.jsonl:2:"),
+          "a row with a second value: %s", err);
     /* a torn last row (no newline: a killed run's): drawn without it, with a warning naming it */
     {
         write_file(path, "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1.5}\n{\"step\":3,\"lo");
