@@ -15,8 +15,8 @@ set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS
 set(RRFP_FUZZ_FILES_SECONDS 2 CACHE STRING "seconds per libFuzzer target in files_fuzz")
 add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
          ${CMAKE_CURRENT_BINARY_DIR}/files_fuzz ${RRFP_FUZZ_FILES_SECONDS})
-# fuzz_report links this build's static libraries (report.c alone compiled for the fuzzer) and makes its held-out
-# data with this build's rrfp-mm: it needs them built
+# fuzz_report and fuzz_lora link this build's static libraries (their own sources alone compiled for the fuzzer) and
+# make their data with this build's rrfp-mm: they need them built
 set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz
                      ENVIRONMENT "RRFP_FUZZ_BUILD=${CMAKE_BINARY_DIR};RRFP_FUZZ_BLAS=${BLAS_LIB}")
 

@@ -169,3 +169,12 @@ put("report", "ckpt_size_huge", run_folder(METRICS, "", "", "", "", json.dumps({
 put("report", "ckpt_data_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_token_id=1e19)})))
 # an empty zero-shot.jsonl beside predictions (was: qsort and bsearch handed a NULL array)
 put("report", "zero_shot_blank", run_folder(METRICS, "[data]\nsource = synthetic\n", PREDS, "\n"))
+
+# lora: adapter_config.json variants (then an empty adapter file; run_fuzz_files.sh adds a real adapter as "real"):
+# r out of range or not whole, targets not a list, a regular expression, DoRA, patterns
+LC = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "lora_dropout": 0.0, "bias": "none",
+      "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+for name, over in [("r_huge", {"r": 65536}), ("r_1e300", {"r": 1e300}), ("r_half", {"r": 1.5}),
+                   ("targets_regex", {"target_modules": ".*proj"}), ("targets_tower", {"target_modules": ["fc1", "out_proj"]}),
+                   ("dora", {"use_dora": True}), ("pattern", {"rank_pattern": {"q_proj": 8}}), ("alpha_nan", {"lora_alpha": None})]:
+    put("lora", name, json.dumps(dict(LC, **over)).encode() + SEP)
