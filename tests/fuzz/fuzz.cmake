@@ -10,7 +10,8 @@ add_test(NAME data_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz.sh 
 set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
 
 # libFuzzer targets where files come in (tests/fuzz/run_fuzz_files.sh: safetensors + slices, checkpoint
-# folders, HF import, recipes + --set, duration files, traces), each from its committed seeds for
+# folders, HF import, recipes + --set, duration files, traces, a run folder's report, import lora), each from its
+# committed seeds for
 # RRFP_FUZZ_FILES_SECONDS seconds; longer runs: docs/reliability.md. Skipped (77) without clang.
 set(RRFP_FUZZ_FILES_SECONDS 2 CACHE STRING "seconds per libFuzzer target in files_fuzz")
 add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
