@@ -226,12 +226,12 @@ static int is_word_char_at(const Tokenizer* t, const char* s, size_t n, pcre2_ma
 static void added_split(const Tokenizer* t, SplitCtx* c, int p, const char* s, size_t n) {
     size_t i = 0, start_offset = 0;
     while (i < n) {
-        const int32_t* cand = t->added_first[p][(uint8_t)s[i]];
+        const size_t* len = t->added_lens[p][(uint8_t)s[i]];
         int hit = -1;
-        for (; cand && *cand >= 0; cand++) {
-            const AddedToken* a = &t->added[*cand];
-            if (a->len <= n - i && !memcmp(s + i, a->content, a->len)) {
-                hit = *cand;
+        for (; len && *len; len++) { /* the longest of this pass that the text holds here (contents are distinct) */
+            int32_t k = *len <= n - i ? strmap_get(&t->added_map, s + i, *len) : -1;
+            if (k >= 0 && (t->added[k].normalized != 0) == p) {
+                hit = k;
                 break;
             }
         }

@@ -174,8 +174,10 @@ struct Tokenizer {
     int fuse_unk, ignore_merges;
     AddedToken* added;
     int n_added;
-    /* per pass (normalized 0/1) and first byte: indices into added, longest first, -1 ends */
-    int32_t* added_first[2][256];
+    /* per pass (normalized 0/1) and first byte: the lengths of its added tokens, distinct, longest first, 0 ends;
+     * added_map: content -> index into added (contents are distinct) */
+    size_t* added_lens[2][256];
+    StrMap added_map;
     pcre2_code* word_re;   /* \w test for single_word */
     PretokStep steps[MAX_STEPS];
     int n_steps;

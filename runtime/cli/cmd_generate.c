@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "data/manifest.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
 #include "runtime/cli/args.h"
@@ -135,8 +136,8 @@ static int answered_load(const char* path, Answered* a, char* err, size_t err_le
     for (size_t at = 0; at < n && rc == 0; line++) {
         char* nl = memchr(text + at, '\n', n - at);
         if (!nl) break; /* a torn last line: dropped by the caller */
-        *nl = 0;
-        cJSON* j = cJSON_Parse(text + at);
+        /* the line's one JSON value, nothing after it (a NUL byte or text after the object is damage, not an answer) */
+        cJSON* j = rr_json_parse_whole(text + at, (size_t)(nl - (text + at)), NULL);
         const cJSON* q = j ? cJSON_GetObjectItemCaseSensitive(j, "question_id") : NULL;
         const cJSON* mid = j ? cJSON_GetObjectItemCaseSensitive(j, "model_id") : NULL;
         if (!cJSON_IsObject(j) || !(cJSON_IsString(q) || cJSON_IsNumber(q)) || !cJSON_IsString(mid) ||

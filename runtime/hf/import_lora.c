@@ -237,11 +237,12 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
                        info->r, cpath, (unsigned long long)nad);
     }
     if (nbase > held / 2) { /* the base's files hold its values, 2 bytes each at the least */
-        params_free(&pt);
+        params_free(&pt); /* (it clears the table: the message takes nbase, counted above) */
         st_free(&f);
         cJSON_Delete(cfg);
-        return rr_fail(err, err_len, "%s: the model has %zu parameters, but the base's model files hold %llu bytes: not a "
-                       "checkpoint of this model (--recipe)", base, pt.total, (unsigned long long)held);
+        return rr_fail(err, err_len, "%s: the model has %llu base parameters (2 bytes each at the least), but the base's "
+                       "model files hold %llu bytes: not a checkpoint of this model (--recipe)", base,
+                       (unsigned long long)nbase, (unsigned long long)held);
     }
     ImportOut o;
     if (import_out_begin(&o, out, adapter_dir, err, err_len) != 0) {

@@ -17,6 +17,7 @@
 #include "data/shard.h"
 #include "data/template.h"
 #include "runtime/train/runckpt.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/trace/trace.h"
 #include "runtime/train/generate.h"
@@ -142,7 +143,7 @@ static int metrics_read(const ReportConfig* c, const char* path, Series* s, char
         int blank = 1;
         for (size_t i = 0; i < l; i++) blank &= p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
         if (!blank) {
-            cJSON* o = cJSON_ParseWithLength(p, l);
+            cJSON* o = rr_json_parse_whole(p, l, NULL); /* one object a line: text after it is damage */
             double st = num_field(o, "step"), lo = num_field(o, "loss");
             if ((!cJSON_IsObject(o) || !isfinite(st)) && !nl) {
                 /* the last row without its newline: what a killed run or a full disk leaves (resume drops it
@@ -190,6 +191,17 @@ static int metrics_read(const ReportConfig* c, const char* path, Series* s, char
 static double nice_step(double range, int ticks) {
     double raw = range / ticks, mag = pow(10, floor(log10(raw))), f = raw / mag;
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+/* The k-th tick of an axis from lo to hi at step st (a nice_step of hi - lo), NAN past the last one. Ticks are
+ * counted, never accumulated: values far from zero with a range below their resolution (steps 1e17 and
+ * 1e17 + 32 of a forged metrics.jsonl: 1e17 + 5 rounds back to 1e17) would add nothing, and a loop of
+ * "v += st" drew ticks forever. At most CHART_TICKS_MAX (nice_step gives about `ticks` + 1). */
+#define CHART_TICKS_MAX 24
+static double chart_tick(double lo, double hi, double st, int k) {
+    if (!(st > 0) || !isfinite(st) || k >= CHART_TICKS_MAX) return NAN;
+    double v = ceil(lo / st) * st + k * st;
+    return v <= hi ? v : NAN;
 }
 
 /* One line chart (class "curve" path, one point per finite value) of y against x. logy: log10 axis
@@ -255,17 +267,17 @@ static void chart2(Html* h, const char* id, const char* title, const double* x, 
                          "x=\"%.0f\" y=\"%.1f\">%g</text>\n", L, py, L + pw, py, L - 4, py + 4, pow(10, v));
             }
     } else {
-        double st = nice_step(y1 - y0, 5);
-        for (double v = ceil(y0 / st) * st; v <= y1; v += st) {
+        double st = nice_step(y1 - y0, 5), v;
+        for (int t = 0; !isnan(v = chart_tick(y0, y1, st, t)); t++) {
             double py = T + ph * (1 - (v - y0) / (y1 - y0));
             h_printf(h, "<line class=\"grid\" x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/><text class=\"yt\" "
                      "x=\"%.0f\" y=\"%.1f\">%.4g</text>\n", L, py, L + pw, py, L - 4, py + 4, fabs(v) < st * 1e-6 ? 0 : v);
         }
     }
-    double sx = nice_step(x1 - x0, 6);
-    for (double v = ceil(x0 / sx) * sx; v <= x1; v += sx) {
-        double px = L + pw * (v - x0) / (x1 - x0);
-        h_printf(h, "<text class=\"xt\" x=\"%.1f\" y=\"%.0f\">%g</text>\n", px, T + ph + 16, v);
+    double sx = nice_step(x1 - x0, 6), xv;
+    for (int t = 0; !isnan(xv = chart_tick(x0, x1, sx, t)); t++) {
+        double px = L + pw * (xv - x0) / (x1 - x0);
+        h_printf(h, "<text class=\"xt\" x=\"%.1f\" y=\"%.0f\">%g</text>\n", px, T + ph + 16, xv);
     }
     h_printf(h, "<text class=\"xt\" x=\"%.0f\" y=\"%.0f\">step</text>\n", L + pw / 2, H - 4);
     /* the curve: at most ~1200 points (every k-th step and the last) */
@@ -614,7 +626,7 @@ static int predictions_read(const char* path, Prediction** out, int* n, char* wh
         size_t l = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
         line++;
         if (l > 0) {
-            cJSON* o = cJSON_ParseWithLength(p, l);
+            cJSON* o = rr_json_parse_whole(p, l, NULL);
             const cJSON *si = cJSON_GetObjectItemCaseSensitive(o, "sample_index"),
                         *co = cJSON_GetObjectItemCaseSensitive(o, "correct"),
                         *pr = cJSON_GetObjectItemCaseSensitive(o, "predicted");
@@ -915,8 +927,9 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
     /* each question's zero-shot prediction (matched by sample_index: the same held-out shards) */
     const Prediction** zof = callocCheck((size_t)n + 1, sizeof *zof);
     int both = 0, gained = 0, lost = 0, matched = 0;
-    if (zr > 0) qsort(zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
-    for (int i = 0; i < n && zr > 0; i++) {
+    /* an empty zero-shot.jsonl (zr 1, nz 0) has no array: qsort and bsearch take none, even of 0 elements */
+    if (zr > 0 && nz > 0) qsort(zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
+    for (int i = 0; i < n && zr > 0 && nz > 0; i++) {
         Prediction key = {.index = pr[i].index};
         zof[i] = bsearch(&key, zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
         if (!zof[i]) continue;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,8 @@ static cJSON* trained_state(const char* dir, char* path, size_t path_len, char* 
 
 /* A whole number in [lo, hi]. */
 static int trained_int(const cJSON* x, double lo, double hi, int64_t* out) {
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int64_t)x->valuedouble || x->valuedouble < lo ||
-        x->valuedouble > hi)
+    /* the range first: converting a double outside int64_t's (1e300 in a state.json) is undefined */
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi) || x->valuedouble != floor(x->valuedouble))
         return -1;
     *out = (int64_t)x->valuedouble;
     return 0;

@@ -39,7 +39,7 @@ set(RRFP_ASAN_TESTS
     recipe_cli_bad_key recipe_cli_bad_set recipe_print_roundtrip recipe_dry_run_7b tensors_diff sched_cli trace_steps
     cli_help cli_unknown_command cli_version cli_contract cli_first_mistakes train_guard_lock train_guard_memory train_guard_stale
     train_guard_threads train_guard_demo train_freeze_bad_key train_init_from_missing train_tp_refused
-    train_eval_packing silent_answers hostile_shapes write_errors_metrics write_errors_log write_errors_torn
+    train_eval_packing silent_answers hostile_shapes hostile_readers write_errors_metrics write_errors_log write_errors_torn
     write_errors_full write_errors_trace write_errors_metrics_mpi stale_zombie outputs_guard_generate
     outputs_guard_resume outputs_guard_images outputs_guard_eval outputs_guard_report outputs_guard_export
     outputs_guard_pack outputs_guard_tokenizer outputs_guard_trace train_guard_ckptlock train_rundir_incomplete
@@ -69,6 +69,7 @@ set(RRFP_ASAN_MPI_TESTS
     train_rundir_incomplete train_eval_packing train_freeze_bad_key write_errors_metrics write_errors_log
     write_errors_torn write_errors_full stale_zombie outputs_guard_generate outputs_guard_resume outputs_guard_images
     outputs_guard_eval outputs_guard_report outputs_guard_export outputs_guard_pack outputs_guard_trace hostile_shapes
+    hostile_readers
     cli_first_mistakes disk_full_commands disk_full_train)
 foreach(t ${RRFP_ASAN_TESTS})
   if(NOT TEST ${t})

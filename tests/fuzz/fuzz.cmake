@@ -10,12 +10,16 @@ add_test(NAME data_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz.sh 
 set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
 
 # libFuzzer targets where files come in (tests/fuzz/run_fuzz_files.sh: safetensors + slices, checkpoint
-# folders, HF import, recipes + --set, duration files, traces), each from its committed seeds for
+# folders, HF import, recipes + --set, duration files, traces, a run folder's report, import lora), each from its
+# committed seeds for
 # RRFP_FUZZ_FILES_SECONDS seconds; longer runs: docs/reliability.md. Skipped (77) without clang.
 set(RRFP_FUZZ_FILES_SECONDS 2 CACHE STRING "seconds per libFuzzer target in files_fuzz")
 add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
          ${CMAKE_CURRENT_BINARY_DIR}/files_fuzz ${RRFP_FUZZ_FILES_SECONDS})
-set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
+# fuzz_report and fuzz_lora link this build's static libraries (their own sources alone compiled for the fuzzer) and
+# make their data with this build's rrfp-mm: they need them built
+set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz
+                     ENVIRONMENT "RRFP_FUZZ_BUILD=${CMAKE_BINARY_DIR};RRFP_FUZZ_BLAS=${BLAS_LIB}")
 
 # libFuzzer (configure with CC=clang -DRRFP_FUZZ=ON): the tokenizer sources are compiled into the
 # target with coverage and ASan/UBSan; ctest runs it for 20 s from the seeds in tests/support/fixtures/fuzz_tokenizer.

@@ -126,3 +126,55 @@ put("trace", "bare_array", json.dumps([{"name": "F0", "cat": "F", "ph": "X", "ts
                                         "args": {"chunk": 0, "mb": 0, "stage": 0, "stages": 1}},
                                        {"name": "B0", "cat": "B", "ph": "X", "ts": 5, "dur": 9, "pid": 0, "tid": 0,
                                         "args": {"chunk": 0, "mb": 0}}]))
+
+# report: a run folder (metrics.jsonl, recipe.ini, predictions.jsonl, zero-shot.jsonl, trace-rank0.json,
+# checkpoints/step-1/state.json); the recipes name the held-out shards and tokenizer run_fuzz_files.sh makes in
+# the folder the target runs in
+def run_folder(metrics, recipe="", preds="", zero="", trace="", state=""):
+    return SEP.join(x.encode() for x in (metrics, recipe, preds, zero, trace, state))
+
+
+def rows(*r):
+    return "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in r)
+
+
+METRICS = rows(*[{"step": s, "loss": 6.5 / s, "lr": 1e-4 * s, "grad_norm": 9.5 / s, "tokens_per_s": 1000 + s,
+                  "peak_mem_mb": 100 + s, "device_peak_mb": 50.5, "device_used_mb": 80,
+                  "profile": {"gemm": {"ms": 1.5, "launches": 12}, "attention": {"ms": 0.5, "launches": 4}},
+                  **({"eval_loss": 3.0 / s} if s % 2 == 0 else {})} for s in (1, 2, 3, 4)])
+PREDS = rows({"sample_index": 0, "correct": True, "predicted": [72, 101, 299, 300, -1]},
+             {"sample_index": 1, "correct": False, "predicted": [2147483647, 1e20, "x", 5]},
+             {"sample_index": 2, "correct": True, "predicted": []},
+             {"sample_index": 3, "correct": False, "predicted": [33, 34]},
+             {"sample_index": 9007199254740992, "correct": False, "predicted": [1]})
+ZERO = rows({"sample_index": 1, "correct": True, "predicted": [40]}, {"sample_index": 3, "correct": False, "predicted": []})
+RECIPE = "[model]\npatch = 14\n[data]\neval_shards = %s\ntokenizer = tok.json\n[train]\nsteps = 4\n"
+put("report", "run", run_folder(METRICS, RECIPE % "heldout", PREDS, ZERO, json.dumps({"traceEvents": steps2})))
+put("report", "anyres", run_folder(METRICS, RECIPE % "heldout_ar", PREDS))
+put("report", "synthetic", run_folder(METRICS, "[data]\nsource = synthetic\n", PREDS))
+put("report", "torn", run_folder(METRICS + '{"step":5,"lo'))
+# ticks of values too close for their magnitude (a tick loop of "v += step" added nothing and never ended) and
+# of spans past the largest double
+put("report", "far_steps", run_folder(rows({"step": 10 ** 17, "loss": 1}, {"step": 10 ** 17 + 32, "loss": 2})))
+put("report", "far_loss", run_folder(rows({"step": 1, "loss": 10 ** 17, "lr": 1e17}, {"step": 2, "loss": 10 ** 17 + 32, "lr": 1e17 + 32})))
+put("report", "far_range", run_folder(rows({"step": -1e308, "loss": -1e308, "grad_norm": 1e-320},
+                                           {"step": 1e308, "loss": 1e308, "grad_norm": 1e308})))
+# a checkpoint's record of its training data (runtime/train/trained.h), and numbers past int64 where it wants a
+# whole number (was: converted to int64 before the range check, undefined behaviour)
+REC = {"template": "vicuna_v1", "image_preprocess": "anyres", "image_size": 28, "grid_pinpoints": "[[28,56],[56,56]]",
+       "tokenizer": "tok.json", "tokenizer_hash": "216f3e7f406cc707", "shards": "heldout", "image_token_id": 258}
+put("report", "ckpt_record", run_folder(METRICS, RECIPE % "heldout", "", "", "", json.dumps({"step": 1, "data": REC})))
+put("report", "ckpt_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"image_token_id": 1e300})))
+put("report", "ckpt_size_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_size=-1e300)})))
+put("report", "ckpt_data_token_huge", run_folder(METRICS, "", "", "", "", json.dumps({"data": dict(REC, image_token_id=1e19)})))
+# an empty zero-shot.jsonl beside predictions (was: qsort and bsearch handed a NULL array)
+put("report", "zero_shot_blank", run_folder(METRICS, "[data]\nsource = synthetic\n", PREDS, "\n"))
+
+# lora: adapter_config.json variants (then an empty adapter file; run_fuzz_files.sh adds a real adapter as "real"):
+# r out of range or not whole, targets not a list, a regular expression, DoRA, patterns
+LC = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "lora_dropout": 0.0, "bias": "none",
+      "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+for name, over in [("r_huge", {"r": 65536}), ("r_1e300", {"r": 1e300}), ("r_half", {"r": 1.5}),
+                   ("targets_regex", {"target_modules": ".*proj"}), ("targets_tower", {"target_modules": ["fc1", "out_proj"]}),
+                   ("dora", {"use_dora": True}), ("pattern", {"rank_pattern": {"q_proj": 8}}), ("alpha_nan", {"lora_alpha": None})]:
+    put("lora", name, json.dumps(dict(LC, **over)).encode() + SEP)

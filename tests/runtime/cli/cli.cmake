@@ -29,6 +29,12 @@ rrfp_cli_py_test(hostile_inputs tests/runtime/cli/hostile_inputs.py base)
 # (RLIMIT_FSIZE). ~1100 checks, ~20 s (3 s of CPU); a hang (a FIFO opened blocking) is killed after 30 s and fails.
 rrfp_cli_py_test(hostile_shapes tests/runtime/cli/hostile_shapes.py all)
 set_tests_properties(hostile_shapes PROPERTIES TIMEOUT 300)
+# Readers the two above do not reach, each with the crafted input that once hung, crashed or was misreported: a
+# tokenizer.json of 100,000 added tokens (a quadratic load), import lora onto a base too small for the model (the
+# message said 0 parameters), report of steps or losses too close for their magnitude (a tick loop that never
+# ended) and of an empty zero-shot.jsonl. Each command under a timeout. ~1 s of CPU.
+rrfp_cli_py_test(hostile_readers tests/runtime/cli/hostile_readers.py all)
+set_tests_properties(hostile_readers PROPERTIES TIMEOUT 300)
 # A full disk (ENOSPC) under every command that writes, at several fill levels and with no inode left: a tmpfs in a
 # private mount namespace (root; else skipped, 77). Exit 1 naming the path and the disk, no partial output or
 # temporary, inputs unchanged; train: no half checkpoint, the last one resumes bit for bit once space is freed;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/util.h"
 #include "runtime/report/report.h"
@@ -87,6 +88,10 @@ int main(int argc, char** argv) {
     write_file(path, "{\"step\":1,\"loss\":2}\nnot json\n");
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0, "malformed metrics: must fail");
     CHECK(strstr(err, "metrics.jsonl:2:"), "error: %s", err);
+    /* a row with text after its object is damaged too, not read in part (cJSON stops after the first value) */
+    write_file(path, "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1} {\"step\":9}\n{\"step\":3,\"loss\":1}\n");
+    CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0 && strstr(err, "metrics.jsonl:2:"),
+          "a row with a second value: %s", err);
     /* a torn last row (no newline: a killed run's): drawn without it, with a warning naming it */
     {
         write_file(path, "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1.5}\n{\"step\":3,\"lo");
@@ -128,6 +133,25 @@ int main(int argc, char** argv) {
     }
     free(page);
 
+    /* steps and values too close for their magnitude (1e17 and 1e17 + 32: a tick step of 5 is below their
+     * resolution) and spans past the largest double: a bounded number of ticks, drawn at once (a tick loop
+     * of "v += step" added nothing and ran until memory ran out); SIGALRM ends a hang as a failure */
+    const char* far[] = {"{\"step\":100000000000000000,\"loss\":1}\n{\"step\":100000000000000032,\"loss\":2}\n",
+                         "{\"step\":1,\"loss\":100000000000000000}\n{\"step\":2,\"loss\":100000000000000032}\n",
+                         "{\"step\":-1e308,\"loss\":-1e308,\"lr\":1e308}\n{\"step\":1e308,\"loss\":1e308,\"lr\":-1e308}\n"};
+    for (int i = 0; i < 3; i++) {
+        write_file(path, far[i]);
+        alarm(20);
+        CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "far values %d: %s", i, err);
+        alarm(0);
+        page = rr_read_file(out, &n, RR_MAX_JSONL);
+        CHECK(page && strstr(page, "</html>\n"), "far values %d: page", i);
+        /* 4 charts of at most 24 ticks on each axis */
+        if (page) CHECK(count(page, "class=\"xt\"") <= 4 * 25 && count(page, "class=\"yt\"") <= 4 * 24,
+                        "far values %d: %d x ticks, %d y ticks", i, count(page, "class=\"xt\""), count(page, "class=\"yt\""));
+        free(page);
+    }
+
     /* recipe.ini: a table, values escaped */
     snprintf(path, sizeof path, "%s/recipe.ini", run);
     write_file(path, "; comment\n[model]\npatch = 24\n[data]\nshards = a<b\nsource = synthetic\n");
@@ -156,6 +180,20 @@ int main(int argc, char** argv) {
     page = rr_read_file(out, &n, RR_MAX_JSONL);
     if (page) CHECK(strstr(page, "<b>50.0%</b>") && strstr(page, "Synthetic source"), "accuracy of 2 predictions");
     free(page);
+    /* an empty zero-shot.jsonl (an eval killed before its first answer), and one of blank lines: no questions, none
+     * in both (it once handed qsort and bsearch a NULL array: a UBSan report in the sanitizer build) */
+    char zpath[4200];
+    snprintf(zpath, sizeof zpath, "%s/zero-shot.jsonl", run);
+    const char* empties[] = {"", "\n\n"};
+    for (int i = 0; i < 2; i++) {
+        write_file(zpath, empties[i]);
+        CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "empty zero-shot.jsonl %d: %s", i, err);
+        page = rr_read_file(out, &n, RR_MAX_JSONL);
+        CHECK(page && strstr(page, "zero-shot.jsonl): greedy exact match on <b>0</b> held-out questions") &&
+                  strstr(page, "Of 0 questions in both"), "empty zero-shot.jsonl %d: the page says none", i);
+        free(page);
+    }
+    remove(zpath);
 
     /* atomic write: a page that cannot be written leaves the old one whole and no temporary */
     snprintf(path, sizeof path, "%s/old.html", argv[1]);
