@@ -436,9 +436,9 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         params_free(&pt);
         return -1;
     }
-    /* read and written, never trained: every tensor frozen, so params_alloc makes no gradient buffer (a copy of
-     * the model's size, zeroed; docs/engine.md "Peak memory of the whole-model commands") */
-    for (int i = 0; i < pt.n; i++) pt.specs[i].frozen = 1;
+    /* read and written, never trained: a forward-only table (every tensor frozen), so params_alloc makes no gradient (a copy of
+     * the model's size; docs/engine.md "Peak memory of the whole-model commands") */
+    params_forward_only(&pt);
     params_alloc(&pt, &backend_cpu, mc.seed);
     /* train.init_from's loader: a trained checkpoint of any layout or an import (which a resume refuses);
      * every value checked finite and against its checksum; every tensor of the model must be in it */

@@ -251,9 +251,9 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
         cJSON_Delete(cfg);
         return -1;
     }
-    /* read and written, never trained: every tensor frozen, so params_alloc makes no gradient buffer (a copy of
-     * the model's size, zeroed; docs/engine.md "Peak memory of the whole-model commands") */
-    for (int i = 0; i < pt.n; i++) pt.specs[i].frozen = 1;
+    /* read and written, never trained: a forward-only table (every tensor frozen), so params_alloc makes no gradient (a copy of
+     * the model's size; docs/engine.md "Peak memory of the whole-model commands") */
+    params_forward_only(&pt);
     params_alloc(&pt, &backend_cpu, mc.seed);
     /* the base: every tensor but the adapters (and the import's never-used ones) must be in it */
     char** absent = NULL;
