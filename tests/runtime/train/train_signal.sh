@@ -17,6 +17,9 @@
 #            mpirun the scheduler's SIGTERM and mpirun's forwarded copy arrive together)
 # Usage: train_signal.sh RRFP_MM RECIPE WORKDIR MODE
 set -uo pipefail
+# a process that exits without MPI_Finalize (the second signal exits at once) leaves its Open MPI session folder: this
+# test's own (CMakeLists.txt gives each test one), removed when the script ends
+trap '[ -z "${OMPI_MCA_orte_top_session_dir:-}" ] || rm -rf "$OMPI_MCA_orte_top_session_dir"' EXIT
 BIN=$1 RECIPE=$2 W=$3 MODE=$4
 # a run of this test that was itself killed may have left its processes: they would be counted as ours
 pkill -9 -f -- "--set train.run_dir=$W/run " 2>/dev/null && sleep 0.5
