@@ -60,7 +60,7 @@ struct Pipeline {
     int* send_busy;
     int n_send_pool;
     void* send_ev;
-    long pool_allocs;  /* send_pool buffers allocated (they stop growing after the first step) */
+    long pool_allocs;  /* send_pool buffers allocated past the step's bound (ensure_buffers): none expected */
     int M_alloc;
     int M_checked;         /* the microbatch count whose dry run passed */
     double act_bytes_max; /* one microbatch's StageActs at the full budget */
@@ -216,22 +216,37 @@ static int pipeline_dry_run(Pipeline* p, int M, char* err, size_t err_len) {
     return 0;
 }
 
-/* ---- device sends (dev_comm): the pool of send buffers, allocated in the first step only ---- */
+/* ---- device sends (dev_comm): the pool of send buffers ----
+ * A buffer is busy from its send until the transport sees the send complete, and every send of a step completes
+ * before the step ends (transport_flush), so a step never has more sends in flight than it makes: one per
+ * microbatch per direction per chunk. ensure_buffers allocates that many, with the receive buffers, before the
+ * first step of M microbatches. How many are in flight at once depends on when the peers receive (readiness,
+ * load): a pool grown on demand grew in whichever later step first had one more in flight, a device allocation
+ * (and a synchronisation) after the first step (docs/cuda.md "A stage's memory, allocated once"). The growth
+ * below is a fallback that the bound makes unreachable (pool_allocs counts it). */
+static void send_pool_grow(Pipeline* p, int n) {
+    if (n <= p->n_send_pool) return;
+    const Backend* be = p->stages[0]->be;
+    p->send_pool = reallocCheck(p->send_pool, sizeof(void*) * (size_t)n);
+    p->send_busy = reallocCheck(p->send_busy, sizeof(int) * (size_t)n);
+    for (int i = p->n_send_pool; i < n; i++) {
+        p->send_pool[i] = be->dev->alloc(sizeof(float) * p->edge);
+        p->send_busy[i] = 0;
+    }
+    p->n_send_pool = n;
+}
 static void* send_acquire(void* ctx, size_t bytes) {
     Pipeline* p = ctx;
-    const Backend* be = p->stages[0]->be;
     RR_ASSERT(bytes <= sizeof(float) * p->edge);
     for (int i = 0; i < p->n_send_pool; i++)
         if (!p->send_busy[i]) {
             p->send_busy[i] = 1;
             return p->send_pool[i];
         }
-    p->send_pool = reallocCheck(p->send_pool, sizeof(void*) * (size_t)(p->n_send_pool + 1));
-    p->send_busy = reallocCheck(p->send_busy, sizeof(int) * (size_t)(p->n_send_pool + 1));
-    p->send_pool[p->n_send_pool] = be->dev->alloc(sizeof(float) * p->edge);
-    p->send_busy[p->n_send_pool] = 1;
+    send_pool_grow(p, p->n_send_pool + 1);
+    p->send_busy[p->n_send_pool - 1] = 1;
     p->pool_allocs++;
-    return p->send_pool[p->n_send_pool++];
+    return p->send_pool[p->n_send_pool - 1];
 }
 static void send_release(void* ctx, void* buf) {
     Pipeline* p = ctx;
@@ -510,6 +525,11 @@ static void ensure_buffers(Pipeline* p, int M) {
         }
         p->mb_slot[c] = reallocCheck(p->mb_slot[c], sizeof(int) * (size_t)M);
         for (int m = 0; m < M; m++) p->mb_slot[c][m] = -1;
+    }
+    if (p->dev_comm) { /* the step's sends: see send_pool_grow */
+        int sends = 0;
+        for (int c = 0; c < p->cfg.chunks; c++) sends += M * ((vstage(p, c) < p->S - 1) + (vstage(p, c) > 0));
+        send_pool_grow(p, sends);
     }
     p->notice_in = reallocCheck(p->notice_in, sizeof(double) * (size_t)p->cfg.chunks * 4 * (size_t)M);
     p->ahead_sent = reallocCheck(p->ahead_sent, (size_t)p->cfg.chunks * 3 * (size_t)M);

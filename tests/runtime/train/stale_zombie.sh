@@ -8,18 +8,22 @@ BIN=$1 RECIPE=$2 W=$3
 case "$W" in /tmp/* | */build*/*) ;; *) echo "refusing work dir '$W'"; exit 2 ;; esac
 rm -rf "$W"; mkdir -p "$W/run/checkpoints"
 fail() { echo "FAIL: $*"; [ -f "$W/out.txt" ] && cat "$W/out.txt"; kill "$PARENT" 2>/dev/null; exit 1; }
-# a parent that never reaps its child: the child exits at once and stays a zombie for the parent's life
+# a parent that never reaps its child: the child exits at once and stays a zombie for the parent's life, which
+# lasts as long as this script's (it ends the parent; a fixed life could end before a slow training run did)
 python3 -c "
 import os, sys, time
 pid = os.fork()
 if pid == 0:
     os._exit(0)
 print(pid, flush=True)
-time.sleep(60)" >"$W/zpid" &
+ppid = os.getppid()
+while os.getppid() == ppid:
+    time.sleep(0.2)" >"$W/zpid" &
 PARENT=$!
-for i in $(seq 1 50); do [ -s "$W/zpid" ] && break; sleep 0.1; done
+for i in $(seq 1 600); do [ -s "$W/zpid" ] && break; sleep 0.1; done
 Z=$(cat "$W/zpid")
-for i in $(seq 1 50); do grep -q '^State:.*Z' "/proc/$Z/status" 2>/dev/null && break; sleep 0.1; done
+[ -n "$Z" ] || fail "the parent printed no pid in 60 s"
+for i in $(seq 1 600); do grep -q '^State:.*Z' "/proc/$Z/status" 2>/dev/null && break; sleep 0.1; done
 grep -q '^State:.*Z' "/proc/$Z/status" 2>/dev/null || fail "pid $Z did not become a zombie"
 kill -0 "$Z" 2>/dev/null || fail "kill -0 does not succeed on the zombie $Z (the test would judge nothing)"
 CK="$W/run/checkpoints"

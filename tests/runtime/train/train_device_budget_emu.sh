@@ -13,6 +13,9 @@
 #   6. without a device (RRFP_MM, built here without CUDA) and on the cpu backend: no default, said so.
 # Usage: train_device_budget_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR
 set -uo pipefail
+# a process that exits without MPI_Finalize (the run out of the device's memory in 4.) leaves its Open MPI session folder: this
+# test's own (CMakeLists.txt gives each test one), removed when the script ends
+trap '[ -z "${OMPI_MCA_orte_top_session_dir:-}" ] || rm -rf "$OMPI_MCA_orte_top_session_dir"' EXIT
 EMU=$1 EXE=$2 RECIPE=$3 WORK=$4
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$WORK"

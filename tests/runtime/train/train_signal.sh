@@ -7,11 +7,19 @@
 #            stop at the same step end, one checkpoint; resume under mpirun continues bit for bit
 #   mpirun   the same, but SIGTERM to mpirun itself (as a scheduler preempting the job does): mpirun
 #            passes it to the ranks, which stop at one step end and checkpoint; mpirun's own exit code is
-#            non-zero (Open MPI reports the ranks' exit as 1)
+#            non-zero (Open MPI reports the ranks' exit as 1). Open MPI's mpirun sends the ranks SIGCONT, then
+#            SIGTERM odls_base_sigkill_timeout seconds later, then SIGKILL as long again after it (default 1 s:
+#            docs/reliability.md "Preemption: SIGTERM and SIGINT"): the run is given 10 s, and its checkpoint is
+#            made to last 2 s (RRFP_TEST_CKPT_SLEEP_MS=1000, twice per writer), longer than the default's 1 s,
+#            so that the test fails on every machine, loaded or not, if the setting does not reach mpirun, and
+#            passes whenever a step and a checkpoint end within the 10 s
 #   second   SIGTERM, then SIGINT 2.5 s later: exit 130 at once (a repeat within 2 s counts once: under
 #            mpirun the scheduler's SIGTERM and mpirun's forwarded copy arrive together)
 # Usage: train_signal.sh RRFP_MM RECIPE WORKDIR MODE
 set -uo pipefail
+# a process that exits without MPI_Finalize (the second signal exits at once) leaves its Open MPI session folder: this
+# test's own (CMakeLists.txt gives each test one), removed when the script ends
+trap '[ -z "${OMPI_MCA_orte_top_session_dir:-}" ] || rm -rf "$OMPI_MCA_orte_top_session_dir"' EXIT
 BIN=$1 RECIPE=$2 W=$3 MODE=$4
 # a run of this test that was itself killed may have left its processes: they would be counted as ours
 pkill -9 -f -- "--set train.run_dir=$W/run " 2>/dev/null && sleep 0.5
@@ -29,8 +37,15 @@ NEED=3
 # after step 1's row; many-microbatch steps were 12 s on a loaded machine but 2.4 s on a fast one)
 if [ "$MODE" = second ]; then export RRFP_TEST_STEP_SLEEP_MS=6000; NEED=1; fi
 if [ "$MODE" = mpi ] || [ "$MODE" = mpirun ]; then PRE=(timeout 300 $MPI -np 2); PP=(--set parallel.pp=2 --set parallel.mode=ready --set parallel.hint=1f1b); fi
+# mpirun: the ranks' time between mpirun's SIGTERM and its SIGKILL (see the header), and the interrupted run's
+# checkpoint made longer than Open MPI's default of it (the resume and the reference run go at full speed)
+FIRST=()
+if [ "$MODE" = mpirun ]; then
+  PRE=(timeout 300 $MPI --mca odls_base_sigkill_timeout 10 -np 2)
+  FIRST=(env RRFP_TEST_CKPT_SLEEP_MS=1000)
+fi
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
-"${PRE[@]}" "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "${COMMON[@]}" "${PP[@]}" >"$W/out.txt" 2>&1 &
+"${FIRST[@]}" "${PRE[@]}" "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "${COMMON[@]}" "${PP[@]}" >"$W/out.txt" 2>&1 &
 JOB=$!
 for i in $(seq 1 2400); do [ "$(lines "$W/run/metrics.jsonl")" -ge $NEED ] && break; kill -0 $JOB 2>/dev/null || fail "ended early"; sleep 0.1; done
 [ "$(lines "$W/run/metrics.jsonl")" -ge $NEED ] || fail "no $NEED steps in 240 s"
@@ -78,6 +93,8 @@ else
   [ "$RC" -eq 143 ] || fail "exit $RC after SIGTERM, expected 143"
 fi
 K=$(sed -n 's/^stopped by a signal after step \([0-9]*\) of .*/\1/p' "$W/out.txt")
+[ -n "$K" ] || [ "$MODE" != mpirun ] || ! grep -q "signal received" "$W/out.txt" ||
+  fail "the ranks had the signal but wrote no 'stopped by a signal after step K' line: mpirun's SIGKILL came first (odls_base_sigkill_timeout)"
 [ -n "$K" ] || fail "no 'stopped by a signal after step K' line"
 D="$W/run/checkpoints/step-$(printf %08d "$K")"
 grep -q "checkpoint $D saved" "$W/out.txt" || fail "the message does not name $D"
