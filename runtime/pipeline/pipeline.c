@@ -60,7 +60,7 @@ struct Pipeline {
     int* send_busy;
     int n_send_pool;
     void* send_ev;
-    long pool_allocs;  /* send_pool buffers allocated past the step's bound (ensure_buffers): none expected */
+    long pool_allocs;  /* send_pool buffers allocated past ensure_buffers' two per direction per chunk */
     int M_alloc;
     int M_checked;         /* the microbatch count whose dry run passed */
     double act_bytes_max; /* one microbatch's StageActs at the full budget */
@@ -217,13 +217,15 @@ static int pipeline_dry_run(Pipeline* p, int M, char* err, size_t err_len) {
 }
 
 /* ---- device sends (dev_comm): the pool of send buffers ----
- * A buffer is busy from its send until the transport sees the send complete, and every send of a step completes
- * before the step ends (transport_flush), so a step never has more sends in flight than it makes: one per
- * microbatch per direction per chunk. ensure_buffers allocates that many, with the receive buffers, before the
- * first step of M microbatches. How many are in flight at once depends on when the peers receive (readiness,
- * load): a pool grown on demand grew in whichever later step first had one more in flight, a device allocation
- * (and a synchronisation) after the first step (docs/cuda.md "A stage's memory, allocated once"). The growth
- * below is a fallback that the bound makes unreachable (pool_allocs counts it). */
+ * A buffer is busy from its send until the transport sees the send complete; every send of a step completes before
+ * the step ends (transport_flush). How many are in flight at once depends on when the peers receive (readiness,
+ * load), up to every send of the step (one per microbatch per direction per chunk), each the stage's largest message:
+ * allocating that bound would double what receiving holds (LLaVA-1.5-7B at 32 microbatches of 4096 tokens: 64 messages
+ * of 64 MiB, 4 GiB more a stage). ensure_buffers allocates, before the first step, two per direction per chunk (or the step's every send
+ * where there are fewer): a send and the next one while it completes, where a pool grown only in the first step
+ * grew in whichever later step first had one more in flight (a device allocation, and a synchronisation, after the
+ * first step: docs/cuda.md "A stage's memory, allocated once"). A pool that needs more still grows (pool_allocs
+ * counts it). */
 static void send_pool_grow(Pipeline* p, int n) {
     if (n <= p->n_send_pool) return;
     const Backend* be = p->stages[0]->be;
@@ -526,9 +528,9 @@ static void ensure_buffers(Pipeline* p, int M) {
         p->mb_slot[c] = reallocCheck(p->mb_slot[c], sizeof(int) * (size_t)M);
         for (int m = 0; m < M; m++) p->mb_slot[c][m] = -1;
     }
-    if (p->dev_comm) { /* the step's sends: see send_pool_grow */
-        int sends = 0;
-        for (int c = 0; c < p->cfg.chunks; c++) sends += M * ((vstage(p, c) < p->S - 1) + (vstage(p, c) > 0));
+    if (p->dev_comm) { /* the sends a step has in flight at once: see send_pool_grow */
+        int sends = 0, per = M < 2 ? M : 2;
+        for (int c = 0; c < p->cfg.chunks; c++) sends += per * ((vstage(p, c) < p->S - 1) + (vstage(p, c) > 0));
         send_pool_grow(p, sends);
     }
     p->notice_in = reallocCheck(p->notice_in, sizeof(double) * (size_t)p->cfg.chunks * 4 * (size_t)M);
