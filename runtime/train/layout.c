@@ -90,6 +90,8 @@ typedef struct {
     double masters;                         /* values with an f32 master: bf16 runs hold none for frozen tensors */
     double scratch, wscratch;               /* one buffer per process: the largest stage's */
     double quant, qws; /* QLoRA: the NF4 base weights' bytes, and each stage's dequantisation workspace (one block's) */
+    double msg_edge;   /* floats of the stage's largest pipeline message (stage_edge_max_floats); the rank's: the largest */
+    int msg_dirs;      /* the directions it receives in (from the stage before, from the one after); the rank's: summed */
 } StageBytes;
 
 /* Bytes of an n-value weight in bitsandbytes' NF4 storage (engine/params_quant.h): 4 bits a value, one
@@ -144,6 +146,15 @@ static void stage_bytes_head(const Recipe* r, const ModelConfig* mc, int l0, int
     o->act_mb = (double)model_stage_acts_bytes_split(mc, l0, l1, tv0, tv1, head, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes,
                                                      vit_train, recipe_recompute(r, 0), recipe_recompute(r, 1), &ws);
     o->act_ws = (double)ws;
+    /* the pipeline's messages (runtime/pipeline/pipeline.c ensure_buffers): the LM's (T, Dt), or the tower's rows where
+     * the stage runs tower blocks; received from the stage before (none on the first) and after (none on the head's) */
+    o->msg_edge = (double)T * mc->Dt;
+    if (l0 == 0 && (tv1 < 0 || tv1 > tv0)) {
+        VitConfig mvc = model_config_vit(mc);
+        double tw = (double)vit_max_tokens(&mvc, model_patch_budget(mc, T)) * mc->Dv;
+        if (tw > o->msg_edge) o->msg_edge = tw;
+    }
+    o->msg_dirs = !(l0 == 0 && tv0 == 0) + !head;
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
     if (lm_bytes == 2) {
@@ -171,6 +182,8 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
 static void stage_bytes_add(StageBytes* acc, const StageBytes* s) {
     acc->params += s->params, acc->masters += s->masters, acc->trainable += s->trainable, acc->copy += s->copy, acc->act_mb += s->act_mb;
     acc->act_ws += s->act_ws;
+    if (s->msg_edge > acc->msg_edge) acc->msg_edge = s->msg_edge;
+    acc->msg_dirs += s->msg_dirs;
     acc->quant += s->quant, acc->qws += s->qws;
     if (s->scratch > acc->scratch) acc->scratch = s->scratch;
     if (s->wscratch > acc->wscratch) acc->wscratch = s->wscratch;
@@ -199,6 +212,18 @@ static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, i
     /* on CUDA the column sums' partials (bias / norm-weight gradients: engine/cuda/bw_path.h), any precision */
     double scratch = sb->scratch;
     if (backend_name_host_addressable(r->backend) == 0) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
+    /* the pipeline's message buffers, f32, each the rank's largest message: the one it sends from; a receive buffer per
+     * microbatch per direction where they are this memory's (the cpu backend's; a device's under runtime.comm = nccl,
+     * whose send pool holds two more per direction; over MPI a device stages each receive in one buffer, the
+     * receive buffers in host memory) */
+    if (sb->msg_dirs > 0) {
+        int dev = backend_name_host_addressable(r->backend) == 0, nccl = dev && !strcmp(r->comm, "nccl");
+        double msg = 4.0 * sb->msg_edge, M = r->microbatches;
+        scratch += msg;
+        if (!dev || nccl) scratch += sb->msg_dirs * M * msg;
+        if (nccl) scratch += sb->msg_dirs * (M < 2 ? M : 2) * msg;
+        else if (dev) scratch += msg;
+    }
     out->scratch = scratch + sb->wscratch + sb->qws;
     out->trainable = sb->trainable;
     out->grads = sb->trainable * 4;
@@ -957,7 +982,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap, and once per stage a\n"
             "frozen tower's forward buffers and the recompute workspace; with tp > 1 one\n"
             "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations;\n"
-            "workspace: the backend's own scratch%s):\n",
+            "workspace: the backend's own scratch and, with pp > 1, the pipeline's message buffers%s):\n",
             T,
             strcmp(r->precision, "bf16") ? ""
             : backend_name_host_addressable(r->backend) == 0

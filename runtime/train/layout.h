@@ -34,7 +34,8 @@ typedef struct {
     double params;   /* parameter count of the rank's stages (/ tp) */
     double trainable; /* of which not frozen (train.freeze): they alone have gradients and AdamW moments */
     double weights, grads, adam, acts, total; /* bytes (weights: the f32 master and, under bf16, the compute copy) */
-    double compute_copy, scratch; /* bf16: the compute copy (in weights), the CUDA GEMM operand scratch (in total) */
+    double compute_copy, scratch; /* bf16: the compute copy (in weights); the backend's scratch (the CUDA GEMM operands')
+                                   * and, at pp > 1, the pipeline's message buffers (in total) */
     int layers;      /* LM layers of the rank */
 } TrainRankBytes;
 int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err, size_t err_len);

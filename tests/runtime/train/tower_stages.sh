@@ -167,12 +167,12 @@ leg ct ct 4 "${C2[@]}" "${TP[@]}" --set parallel.hint=interleaved-1f1b && splitc
 same tp2 ct
 
 # the memory budget (runtime.memory_budget) counts each rank with its tower blocks: parallel.tower_layers' split (whose
-# parallel.layers are given by hand: never refitted) is refused naming its largest rank, rank 1 at 8.8 MiB (the
-# dry run's table: 0+ViT 4.9, 1+ViT 8.8, 1 3.3 MiB), and runs under a budget it fits; parallel.tower_split = auto takes
-# the cost model's split where the LM split with the tower on stage 0 (rank 0: 14.1 MiB) does not fit and it (8.9 MiB) does
+# parallel.layers are given by hand: never refitted) is refused naming its largest rank, rank 1 at 9.1 MiB (the
+# dry run's table: 0+ViT 5.1, 1+ViT 9.1, 1 3.5 MiB), and runs under a budget it fits; parallel.tower_split = auto takes
+# the cost model's split where the LM split with the tower on stage 0 (rank 0: 14.3 MiB) does not fit and it (9.1 MiB) does
 dry() { "$BIN" train "$R" "${COMMON[@]}" "$@" --dry-run >"$W/dry.log" 2>&1; }
 dry "${P3[@]}" --set runtime.memory_budget=0.006 && fail "tower_layers over the memory budget: accepted"
-grep -q "runtime.memory_budget = 0.006 GiB: rank 1 needs 8.8 MiB (activations 7.7 MiB) with parallel.layers and parallel.tower_layers as given" \
+grep -q "runtime.memory_budget = 0.006 GiB: rank 1 needs 9.1 MiB (activations 7.7 MiB) with parallel.layers and parallel.tower_layers as given" \
     "$W/dry.log" || { cat "$W/dry.log"; fail "tower_layers over the memory budget: the message"; }
 dry "${P3[@]}" --set runtime.memory_budget=0.01 || { cat "$W/dry.log"; fail "tower_layers within the memory budget: refused"; }
 dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runtime.memory_budget=0.01 || { cat "$W/dry.log"; fail "auto within the memory budget"; }
@@ -180,11 +180,11 @@ grep -q "^tower blocks per virtual stage: 2,1 (parallel.tower_split = auto" "$W/
 dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.01 --set parallel.tower_split=off \
     && fail "the LM split with the tower on stage 0 fitted: the auto case above tests nothing"
 # the memory refit searches the chain too (parallel.tower_split = auto): at 0.008 GiB (8.2 MiB) neither an LM split with the
-# tower on stage 0 (1,1: 14.1 MiB on rank 0; 2,0 more) nor the cost model's split of the chain (tower 2,1: 8.9 MiB on rank
-# 0) fits, the chain's split with one tower block on rank 0 (tower 1,2: 7.5 MiB on rank 1) does. The dry run names it and
+# tower on stage 0 (1,1: 14.3 MiB on rank 0; 2,0 more) nor the cost model's split of the chain (tower 2,1: 9.1 MiB on rank
+# 0) fits, the chain's split with one tower block on rank 0 (tower 1,2: 7.6 MiB on rank 1) does. The dry run names it and
 # what the cost model's split needed, parallel.tower_split = off is refused suggesting auto, and the trainer runs it
 # bitwise one process
-FIT="memory-fitted: the cost model's tower split: LM 0,2, tower 2,1 needs 8.9 MiB on rank 0, over runtime.memory_budget = 0.008 GiB"
+FIT="memory-fitted: the cost model's tower split: LM 0,2, tower 2,1 needs 9.1 MiB on rank 0, over runtime.memory_budget = 0.008 GiB"
 dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runtime.memory_budget=0.008 || { cat "$W/dry.log"; fail "refit: refused"; }
 grep -qF "tower blocks per virtual stage: 1,2 ($FIT;" "$W/dry.log" || { cat "$W/dry.log"; fail "refit: not the fitted chain's split"; }
 dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.008 && fail "refit: an LM split fitted: the case above tests nothing"
@@ -197,15 +197,15 @@ grep -qF "layers 0,2 (cost model), tower blocks [0,1) [1,3) ($FIT)" "$W/autofit.
 same auto autofit
 # and keeps the tower on stage 0 where the chain's split is over the budget and the LM split fits: a 4096-word vocabulary
 # (the embedding and the head: large, but nearly free on the cost model) with 4 tower blocks of width 96 and one microbatch
-# in flight. The chain's split (LM 0,3, tower 3,1) puts every LM layer, the embedding and the head on rank 1: 20.6 MiB,
-# over 0.019 GiB (19.5 MiB); the LM split 1,2 with the tower on rank 0 needs 18.6 MiB. The dry run and the trainer's log
+# in flight. The chain's split (LM 0,3, tower 3,1) puts every LM layer, the embedding and the head on rank 1: 20.8 MiB,
+# over 0.019 GiB (19.5 MiB); the LM split 1,2 with the tower on rank 0 needs 18.8 MiB. The dry run and the trainer's log
 # say why, and the trainer runs the LM split
 SG=(--set model.vision_layers=4 --set model.vision_width=96 --set model.text_width=32 --set model.text_layers=3 --set model.ffn_hidden=86
     --set model.vocab=4096 --set data.microbatches=1 --set data.max_patches=16 --set parallel.partition=balance --set parallel.pp=2
     --set parallel.tower_split=auto)
 dry "${SG[@]}" || { cat "$W/dry.log"; fail "safeguard: no budget"; }
 grep -q "^tower blocks per virtual stage: 3,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "safeguard: the chain's split is not 3,1"; }
-NOTE="the cost model's tower split is not run: with it rank 1 needs 20.6 MiB, over runtime.memory_budget = 0.019 GiB (the LM split with the tower on stage 0 fits)"
+NOTE="the cost model's tower split is not run: with it rank 1 needs 20.8 MiB, over runtime.memory_budget = 0.019 GiB (the LM split with the tower on stage 0 fits)"
 dry "${SG[@]}" --set runtime.memory_budget=0.019 || { cat "$W/dry.log"; fail "safeguard: refused"; }
 grep -q "^LM layers per virtual stage: 1,2 (cost-balanced)" "$W/dry.log" && grep -qxF "$NOTE" "$W/dry.log" \
     && ! grep -q "^tower blocks per virtual stage" "$W/dry.log" || { cat "$W/dry.log"; fail "safeguard: the dry run"; }

@@ -10,7 +10,9 @@
 #   4. runtime.allow_overcommit = 1 drops the default: the refused layout then starts and runs out of the emulated
 #      device's memory (the refusal was right);
 #   5. runtime.memory_budget, when set, is the budget whatever the device;
-#   6. without a device (RRFP_MM, built here without CUDA) and on the cpu backend: no default, said so.
+#   6. without a device (RRFP_MM, built here without CUDA) and on the cpu backend: no default, said so;
+#   7. a pp 2 run over the emulated NCCL: rank 0's device peak within the dry run's figure (its message buffers
+#      counted) and the reserve.
 # Usage: train_device_budget_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR
 set -uo pipefail
 # a process that exits without MPI_Finalize (the run out of the device's memory in 4.) leaves its Open MPI session folder: this
@@ -72,4 +74,23 @@ grep -q "no device memory to budget by here" "$WORK/nodev" && grep -q "^memory b
   fail "no device: $(cat "$WORK/nodev")"
 "$EMU" train "$RECIPE" "${common[@]}" --set runtime.backend=cpu --dry-run >"$WORK/cpu" 2>&1 || fail "cpu: $(cat "$WORK/cpu")"
 grep -q "^memory budget: none (runtime.memory_budget unset; the cpu backend has no default" "$WORK/cpu" || fail "cpu: $(cat "$WORK/cpu")"
+# 7. a pipeline over NCCL holds its message buffers on the device (a receive buffer per microbatch per direction, the
+#    send pool, the outgoing message's): the dry run counts them in the workspace, so rank 0's measured device peak
+#    stays within its figure and the reserve (16 microbatches: the buffers are a third of the rank's need)
+pp=(--set runtime.backend=cuda --set runtime.comm=nccl --set parallel.pp=2 --set data.microbatches=16 --set train.steps=2
+    --set optim.warmup=1 --set data.source=synthetic --set train.checkpoint_every=0 --set checkpoint.keep=0 --set train.log_every=1)
+RR_EMU_DEVICE_MB=64 "$EMU" train "$RECIPE" "${pp[@]}" --dry-run >"$WORK/pp.dry" 2>&1 || fail "pp 2 nccl dry run: $(cat "$WORK/pp.dry")"
+timeout 240 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x RR_EMU_DEVICE_MB=64 \
+  "$EMU" train "$RECIPE" "${pp[@]}" --set train.run_dir="$WORK/pp" >"$WORK/pp.log" 2>&1 || fail "pp 2 nccl run: $(tail -20 "$WORK/pp.log")"
+/usr/bin/python3 - "$WORK/pp.dry" "$WORK/pp/metrics.jsonl" <<'PY' || fail "pp 2 over nccl: the dry run's figure"
+import json, re, sys
+unit = {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+row = next(l for l in open(sys.argv[1]) if re.match(r"\s+0\s+\S+\s", l))
+vals = [float(v) * unit[u] for v, u in re.findall(r"([0-9.]+) (KiB|MiB|GiB)", row.split("<=")[0])]
+total = vals[-1]
+peak = max(json.loads(l)["device_peak_mb"] for l in open(sys.argv[2]))
+print("pp 2 over nccl, 16 microbatches: rank 0's device peak %.2f MiB, the dry run's %.2f MiB (+%.0f%% reserve)"
+      % (peak, total, 100 * 0.05))
+assert peak <= total * 1.05, "the device peak %.2f MiB is over the dry run's %.2f MiB and its reserve: %s" % (peak, total, row)
+PY
 echo "device budget emu: ok"
