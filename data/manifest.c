@@ -57,12 +57,27 @@ static int array_element_lines(const char* t, size_t n, int* lines, int cap) {
 }
 
 int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, char* err, size_t err_len) {
+    return manifest_parse_capped(text, len, name, MANIFEST_MAX_LINES, m, err, err_len);
+}
+
+int manifest_parse_capped(const char* text, size_t len, const char* name, int64_t max_lines, Manifest* m, char* err,
+                          size_t err_len) {
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", name);
     /* A UTF-8 byte-order mark (written by some Windows editors and .NET) is not part of the JSON; left
      * in, it hid the '[' of an array, which was then read as JSONL with most records lost. Lines and
      * columns are counted after it, as an editor shows them. */
     if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3, len -= 3;
+    /* every line number below (and the JSONL form's record count) is an int: a file of more lines is refused
+     * first (16 GiB of newlines, RR_MAX_MANIFEST, are 8 times INT_MAX) */
+    int64_t lines = len > 0; /* an editor's count: a final newline starts no line */
+    for (const char* p = text; (p = memchr(p, '\n', (size_t)(text + len - p))) != NULL;)
+        if (++p < text + len) lines++;
+    if (lines > max_lines) {
+        snprintf(err, err_len, "%s: more than %lld lines: a manifest holds at most %lld (split it into several)", name,
+                 (long long)max_lines, (long long)max_lines);
+        return -1;
+    }
     size_t i = 0;
     while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
     if (i < len && text[i] == '[') {
@@ -116,7 +131,10 @@ int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, 
         while (a < b && (text[a] == ' ' || text[a] == '\t' || text[a] == '\r')) a++;
         while (b > a && (text[b - 1] == ' ' || text[b - 1] == '\t' || text[b - 1] == '\r')) b--;
         if (b > a) {
-            if (n == cap) m->recs = reallocCheck(m->recs, sizeof(ManifestRecord) * (size_t)(cap *= 2));
+            if (n == cap) { /* n < lines <= INT_MAX - 1: a cap of INT_MAX holds them */
+                cap = cap > INT_MAX / 2 ? INT_MAX : cap * 2;
+                m->recs = reallocCheck(m->recs, sizeof(ManifestRecord) * (size_t)cap);
+            }
             ManifestRecord* r = &m->recs[n++];
             memset(r, 0, sizeof *r);
             r->line = line;

@@ -19,6 +19,7 @@
 #define RRFP_DATA_MANIFEST_H
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,12 @@ typedef struct {
  * with rec == NULL and json_err set, so the caller can reject it and go on. Returns 0, or -1 with
  * the message in err (nothing to free then). */
 int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, char* err, size_t err_len);
+/* The most lines a manifest may hold (an editor's count: the last line need not end in a newline). Line numbers and
+ * record counts are ints; a larger file is refused before it is parsed ("NAME: more than N lines ..."). */
+#define MANIFEST_MAX_LINES ((int64_t)INT_MAX - 1)
+/* manifest_parse under another line cap (max_lines <= MANIFEST_MAX_LINES; the tests' small ones). */
+int manifest_parse_capped(const char* text, size_t len, const char* name, int64_t max_lines, Manifest* m, char* err,
+                          size_t err_len);
 int manifest_load(const char* path, Manifest* m, char* err, size_t err_len);
 void manifest_free(Manifest* m);
 

@@ -32,7 +32,7 @@ set(RRFP_ASAN_TESTS
     model_bad_target model_bad_grid model_bad_pos model_bad_overlap
     tp_split tp_init tp_ce tp_lm tp_vit tp_proj tp_embed partition sched_core trace_writer tokenizer_unit attention_table
     sim_core plan_core
-    report_unit safetensors_selftest safetensors_read checkpoint_unit recipe_unit data_packing_quality vit_lora_fd
+    report_unit safetensors_selftest safetensors_read checkpoint_unit recipe_unit data_packing_quality data_manifest_lines vit_lora_fd
     layout_fit_chain
     # input handling and the command line
     data_roundtrip data_pack_errors data_pack_workers data_anyres_ref data_anyres_pillow data_cmyk_gif tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli

@@ -8,6 +8,11 @@ set_tests_properties(data_roundtrip PROPERTIES TIMEOUT 300)
 add_executable(test_packing tests/data/test_packing.c)
 target_link_libraries(test_packing PRIVATE rrfp_core)
 add_test(NAME data_packing_quality COMMAND test_packing)
+# The manifest's line cap: a file of more lines than line numbers (ints) can count is refused before parsing, naming
+# it; exactly the cap parses whole (JSONL, a JSON array, blank lines, a byte-order mark), under small caps
+add_executable(test_manifest tests/data/test_manifest.c)
+target_link_libraries(test_manifest PRIVATE rrfp_core)
+add_test(NAME data_manifest_lines COMMAND test_manifest)
 
 # Our preprocessing against Pillow (Debian python3-pil) on real photographs (python3-skimage's data
 # folder), greyscale and progressive JPEGs: smart_resize grids, DCT-scaled decode, resize, patches.
