@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "data/manifest.h"
-
-static int failures, checks;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        checks++;                                                \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "tests/support/check.h"
 
 /* parse text under max_lines: 0 and the record count in *n, or -1 and the message in err */
 static int parse(const char* text, int64_t max_lines, int* n, char* err, size_t err_len) {
@@ -60,10 +49,10 @@ int main(void) {
     /* an empty file has no line; the real cap is what manifest_parse applies */
     CHECK(parse("", 0, &n, err, sizeof err) == 0 && n == 0, "empty file: %s", err);
     CHECK(MANIFEST_MAX_LINES == (int64_t)INT_MAX - 1, "MANIFEST_MAX_LINES %lld", (long long)MANIFEST_MAX_LINES);
-    if (failures) {
-        fprintf(stderr, "%d of %d checks failed\n", failures, checks);
+    if (check_failures) {
+        fprintf(stderr, "%d of %d checks failed\n", check_failures, check_count);
         return 1;
     }
-    printf("manifest lines: %d checks ok\n", checks);
+    printf("manifest lines: %d checks ok\n", check_count);
     return 0;
 }
